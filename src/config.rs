@@ -1,0 +1,180 @@
+//! Settings read from the environment at start-up. A malformed value is an error, never a
+//! silent default: an operator that listens somewhere unexpected, or serves without auth by
+//! accident, is worse than one that refuses to start.
+
+use std::{ffi::OsString, fmt, net::SocketAddr};
+
+use crate::{Error, Result};
+
+/// Default listen address of the HTTP API.
+pub const DEFAULT_API_ADDR: &str = "0.0.0.0:8080";
+/// Default listen address of the metrics and probe listener.
+pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9568";
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The admin token of the HTTP API. Its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a token.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The token's bytes, for a constant-time comparison.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Everything the operator reads from its environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `MUTANT_API_ADDR`.
+    pub api_addr: SocketAddr,
+    /// `MUTANT_METRICS_ADDR`.
+    pub metrics_addr: SocketAddr,
+    /// `MUTANT_API_TOKEN`; `None` when unset or empty.
+    pub api_token: Option<Secret>,
+    /// `MUTANT_API_INSECURE`.
+    pub api_insecure: bool,
+    /// `MUTANT_LOG_FORMAT`.
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Reads the configuration through `lookup` (normally `std::env::var_os`).
+    pub fn from_env(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Self> {
+        let text = |name: &str| -> Result<Option<String>> {
+            match lookup(name) {
+                None => Ok(None),
+                Some(value) => value
+                    .into_string()
+                    .map(Some)
+                    .map_err(|_| Error::Config(format!("{name} is not valid UTF-8"))),
+            }
+        };
+        let addr = |name: &str, default: &str| -> Result<SocketAddr> {
+            let value = text(name)?.unwrap_or_else(|| default.to_string());
+            value.trim().parse().map_err(|_| {
+                Error::Config(format!(
+                    "{name}={value:?} is not a socket address like {default}"
+                ))
+            })
+        };
+        let api_insecure = match text("MUTANT_API_INSECURE")? {
+            None => false,
+            Some(value) => parse_bool(&value).ok_or_else(|| {
+                Error::Config(format!("MUTANT_API_INSECURE={value:?} is not true or false"))
+            })?,
+        };
+        let log_format = match text("MUTANT_LOG_FORMAT")?.as_deref().map(str::trim) {
+            None | Some("" | "text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "MUTANT_LOG_FORMAT={other:?} is not text or json"
+                )));
+            }
+        };
+        let api_token = text("MUTANT_API_TOKEN")?
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .map(Secret);
+        Ok(Config {
+            api_addr: addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?,
+            metrics_addr: addr("MUTANT_METRICS_ADDR", DEFAULT_METRICS_ADDR)?,
+            api_token,
+            api_insecure,
+            log_format,
+        })
+    }
+}
+
+/// `true`/`false` (also `1`/`0`, `yes`/`no`), any case; anything else is `None`.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Some(true),
+        "false" | "0" | "no" | "" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, OsString> =
+            vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        Config::from_env(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.api_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(c.metrics_addr, "0.0.0.0:9568".parse().unwrap());
+        assert_eq!(c.api_token, None);
+        assert!(!c.api_insecure);
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn explicit_values() {
+        let c = config(&[
+            ("MUTANT_API_ADDR", "127.0.0.1:18080"),
+            ("MUTANT_METRICS_ADDR", "[::1]:19568"),
+            ("MUTANT_API_TOKEN", " abc \n"),
+            ("MUTANT_API_INSECURE", "TRUE"),
+            ("MUTANT_LOG_FORMAT", "json"),
+        ])
+        .unwrap();
+        assert_eq!(c.api_addr, "127.0.0.1:18080".parse().unwrap());
+        assert_eq!(c.metrics_addr, "[::1]:19568".parse().unwrap());
+        assert_eq!(c.api_token, Some(Secret::new("abc")));
+        assert!(c.api_insecure);
+        assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn empty_token_is_no_token() {
+        assert_eq!(config(&[("MUTANT_API_TOKEN", "")]).unwrap().api_token, None);
+    }
+
+    #[test]
+    fn malformed_values_are_errors_not_defaults() {
+        for (name, value) in [
+            ("MUTANT_API_ADDR", "8080"),
+            ("MUTANT_API_ADDR", "localhost:8080"),
+            ("MUTANT_METRICS_ADDR", "0.0.0.0"),
+            ("MUTANT_API_INSECURE", "maybe"),
+            ("MUTANT_LOG_FORMAT", "xml"),
+        ] {
+            let err = config(&[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{name}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn token_is_never_printed() {
+        let c = config(&[("MUTANT_API_TOKEN", "s3cr3t-value")]).unwrap();
+        assert!(!format!("{c:?}").contains("s3cr3t"));
+    }
+}

@@ -1,0 +1,224 @@
+//! The two custom resources, `MutantDeployment` and `Mutation` (group `neiam.org`, version
+//! `v1`), their status, and `mutantops crd`, which prints their CustomResourceDefinitions.
+//!
+//! The base Deployment is kept as raw JSON (`serde_json::Value`) on purpose: its schema is
+//! `x-kubernetes-preserve-unknown-fields`, so the API server accepts anything there, and one
+//! object with a malformed base must be reported in its own status (R10) rather than break
+//! the decoding of every object in a watch.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// API group of both resources.
+pub const GROUP: &str = "neiam.org";
+
+/// A variant of the base Deployment: its own label, extra environment and replica count.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Variant {
+    /// Name of the variant, a DNS-1123 label (lower-case letters, digits and '-'). The variant
+    /// runs as Deployment `<base name>-<label>` and its pods carry label
+    /// `mutantops.neiam.org/variant=<label>`.
+    pub label: String,
+
+    /// Environment variables added to every container of the base. A value here replaces a
+    /// base variable of the same name.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+
+    /// Replica count of the variant's Deployment. Defaults to 1; 0 keeps the Deployment with
+    /// no pods.
+    #[serde(default = "default_instances")]
+    #[schemars(default = "default_instances")]
+    pub instances: i32,
+}
+
+fn default_instances() -> i32 {
+    1
+}
+
+/// Desired state of a MutantDeployment: a base Deployment and the variants to run of it.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "neiam.org",
+    version = "v1",
+    kind = "MutantDeployment",
+    namespaced,
+    status = "OwnerStatus",
+    shortname = "md",
+    category = "mutantops",
+    doc = "A base Deployment run as several variants, declared in git. Each entry of \
+           spec.mutations becomes Deployment <base name>-<label>.",
+    printcolumn(name = "Base", type_ = "string", json_path = ".spec.deployment.metadata.name", description = "name of the base Deployment"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.summary", description = "variants ready"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MutantDeploymentSpec {
+    /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
+    /// created itself; each variant is a copy of it.
+    #[schemars(schema_with = "embedded_deployment")]
+    pub deployment: serde_json::Value,
+
+    /// The variants to run. Removing one deletes its Deployment.
+    #[serde(default)]
+    pub mutations: Vec<Variant>,
+}
+
+/// Desired state of a Mutation: a base Deployment and variants managed at run time through the
+/// HTTP API.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "neiam.org",
+    version = "v1",
+    kind = "Mutation",
+    namespaced,
+    status = "OwnerStatus",
+    shortname = "mut",
+    category = "mutantops",
+    doc = "A base Deployment run as several variants that are managed at run time through the \
+           mutantops HTTP API. Each variant becomes Deployment <base name>-<label>; the \
+           Mutation's token is in Secret <name>-secret.",
+    printcolumn(name = "Base", type_ = "string", json_path = ".spec.deployment.metadata.name", description = "name of the base Deployment"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.summary", description = "variants ready"),
+    printcolumn(name = "Secret", type_ = "string", json_path = ".status.secret", description = "Secret holding this Mutation's API token"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MutationSpec {
+    /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
+    /// created itself; each variant is a copy of it.
+    #[schemars(schema_with = "embedded_deployment")]
+    pub deployment: serde_json::Value,
+
+    /// The variants to run, usually added and removed through the HTTP API. An Argo CD synced
+    /// Mutation with annotation mutantops.neiam.org/runtime-variants=true leaves this out of
+    /// its manifest.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+}
+
+/// State of one variant.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum VariantState {
+    /// The Deployment is being created, updated or scaled.
+    Progressing,
+    /// The Deployment has observed its spec and all its replicas are updated and ready.
+    Ready,
+    /// The variant cannot be applied (bad label, env name or instances); see message.
+    Invalid,
+    /// The label repeats, or the Deployment name belongs to someone else; see message.
+    Conflict,
+}
+
+impl VariantState {
+    /// The state as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VariantState::Progressing => "Progressing",
+            VariantState::Ready => "Ready",
+            VariantState::Invalid => "Invalid",
+            VariantState::Conflict => "Conflict",
+        }
+    }
+}
+
+/// Observed state of one variant.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VariantStatus {
+    /// The variant's label.
+    pub label: String,
+    /// Progressing, Ready, Invalid or Conflict.
+    pub state: VariantState,
+    /// Why the variant is Invalid or in Conflict; null otherwise.
+    pub message: Option<String>,
+    /// Name of the variant's Deployment.
+    pub deployment: String,
+    /// Replicas the Deployment asks for.
+    pub replicas: i32,
+    /// Replicas that are ready.
+    pub ready_replicas: i32,
+}
+
+/// A standard Kubernetes condition (`type`, `status`, `reason`, `message`,
+/// `lastTransitionTime`), so generic tools understand the object.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type; mutantops reports `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// CamelCase reason of the last transition.
+    pub reason: String,
+    /// Human-readable details.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// The generation this condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Observed state of a MutantDeployment or Mutation.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerStatus {
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Name of the Secret holding the Mutation's API token (Mutations only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// "N/M variants ready".
+    #[serde(default)]
+    pub summary: String,
+    /// What is wrong with the object as a whole (invalid base, foreign Secret); null when
+    /// nothing is.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// One entry per declared variant, in spec order.
+    #[serde(default)]
+    pub variants: Vec<VariantStatus>,
+    /// Standard conditions; `Ready` is True when every valid variant is Ready.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Schema of the embedded base Deployment: any object with apiVersion, kind and metadata,
+/// kept as written.
+fn embedded_deployment(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-embedded-resource": true,
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// The CRDs as one YAML stream, in a stable order.
+pub fn crds_yaml() -> Result<String> {
+    let mut out = String::new();
+    for crd in [MutantDeployment::crd(), Mutation::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).map_err(|e| Error::Serialize(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+/// `mutantops crd`: print the CRDs to stdout.
+pub fn print_crds() -> Result<()> {
+    use std::io::Write;
+    let yaml = crds_yaml()?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(yaml.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! mutantops: a Kubernetes operator that runs one base Deployment as several variants.
+//!
+//! The binary in `main.rs` only parses its arguments and hands over to [`cli::run`]; everything
+//! else lives in the modules below so that unit and integration tests can reach it.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod crd;
+pub mod logging;
+pub mod operator;
+pub mod shutdown;
+pub mod variant;
+
+/// Everything that can go wrong in mutantops, with a bounded label for metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting from the command line or the environment is malformed.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// No usable connection settings for the Kubernetes API (in cluster or kubeconfig).
+    #[error("cannot load Kubernetes client configuration: {0}")]
+    KubeConfig(#[source] kube::config::InferConfigError),
+
+    /// A request to the Kubernetes API server failed.
+    #[error("kubernetes api: {0}")]
+    Kube(#[source] kube::Error),
+
+    /// Local I/O failed (sockets, signals, stdout).
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+
+    /// Serialising an object failed.
+    #[error("serialize: {0}")]
+    Serialize(String),
+}
+
+impl Error {
+    /// A short, bounded label suitable for a metric label value.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Config(_) | Error::KubeConfig(_) => "config",
+            Error::Kube(_) => "api",
+            Error::Io(_) => "io",
+            Error::Serialize(_) => "serialize",
+        }
+    }
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        Error::Kube(e)
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

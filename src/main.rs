@@ -1,0 +1,33 @@
+//! The `mutantops` binary: parse arguments, then hand over to the library.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use mutantops::cli::{self, Command};
+
+fn main() -> ExitCode {
+    let command = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("mutantops: {message}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match command {
+        Command::Help => {
+            println!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            println!("mutantops {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        other => match cli::run(other) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("mutantops: {err}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,1 @@
+//! Pure variant logic (being written).
