@@ -1,1 +1,189 @@
-//! Pure variant logic (being written).
+//! The pure core of mutantops: everything about variants that needs no client.
+//!
+//! Given an owner (a `MutantDeployment` or a `Mutation`), its base Deployment and its variants,
+//! this module decides what the cluster should hold and how to report it:
+//!
+//! - **validate**: [`Base::parse`] checks the base (R10), [`validate_variant`] one variant (R8);
+//!   the HTTP API uses the same functions to answer 400;
+//! - **build**: [`build`] turns one variant into the Deployment to server-side-apply (R4), and
+//!   [`plan`] does it for a whole spec, marking repeated labels as conflicts (R9);
+//! - **compare**: [`needs_apply`] tells whether an observed Deployment already matches, so a
+//!   steady-state reconcile writes nothing (R5, R12);
+//! - **own**: [`may_prune`] and [`Planned::check_existing`] decide which Deployments are ours to
+//!   delete or overwrite (R6, R9);
+//! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11).
+//!
+//! Nothing here does I/O, awaits or reads a clock, so the controller's reconcile is a thin
+//! shell of API calls around these functions and every decision is unit-tested by feeding
+//! objects in. Building works on the base's raw JSON rather than on the typed k8s-openapi
+//! struct, so fields newer than the Kubernetes version compiled against are passed through.
+//!
+//! The owner, the labels and the ownership checks are here; validation is in `validate`,
+//! building and the apply decision in `build`, status in `status`, all re-exported below.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+mod build;
+mod status;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use build::{Planned, build, needs_apply, plan};
+pub use status::{ready_condition, summary, variant_state};
+pub use validate::{Base, deployment_name, validate_env_name, validate_label, validate_variant};
+
+/// Label on every generated Deployment, its selector and its pods: the owner's name.
+pub const OWNER_LABEL: &str = "mutantops.neiam.org/owner";
+
+/// Label on every generated Deployment, its selector and its pods: the variant's label.
+pub const VARIANT_LABEL: &str = "mutantops.neiam.org/variant";
+
+/// Label on every generated Deployment, its selector and its pods: the owner's kind,
+/// `mutantdeployment` or `mutation`, so that a MutantDeployment and a Mutation of the same name
+/// never select (or prune) each other's objects.
+pub const KIND_LABEL: &str = "mutantops.neiam.org/kind";
+
+/// Annotation on every generated Deployment: a hash of the desired object, so that any change
+/// of the desired state (including a removed field) is visible by comparing with what is
+/// observed. See [`needs_apply`].
+pub const HASH_ANNOTATION: &str = "mutantops.neiam.org/desired-hash";
+
+/// The server-side apply field manager of every write the operator makes (R5).
+pub const FIELD_MANAGER: &str = "mutantops-operator";
+
+/// Type of the condition reported by [`ready_condition`].
+pub const READY_CONDITION: &str = "Ready";
+
+/// Longest Deployment name a variant may get (R8): a DNS-1123 label.
+pub const MAX_DEPLOYMENT_NAME: usize = 63;
+
+/// Which kind of custom resource owns a set of variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OwnerKind {
+    /// A `MutantDeployment`: variants declared in git.
+    MutantDeployment,
+    /// A `Mutation`: variants managed at run time through the HTTP API.
+    Mutation,
+}
+
+impl OwnerKind {
+    /// The Kubernetes kind: `MutantDeployment` or `Mutation`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            OwnerKind::MutantDeployment => "MutantDeployment",
+            OwnerKind::Mutation => "Mutation",
+        }
+    }
+
+    /// The value of [`KIND_LABEL`]: the kind in lower case.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            OwnerKind::MutantDeployment => "mutantdeployment",
+            OwnerKind::Mutation => "mutation",
+        }
+    }
+
+    /// The apiVersion of both kinds: `neiam.org/v1`.
+    pub fn api_version(self) -> &'static str {
+        "neiam.org/v1"
+    }
+}
+
+/// The object that owns generated Deployments: enough of it to label, reference and recognise
+/// them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// MutantDeployment or Mutation.
+    pub kind: OwnerKind,
+    /// metadata.name.
+    pub name: String,
+    /// metadata.namespace; generated Deployments live here.
+    pub namespace: String,
+    /// metadata.uid; the controller ownerReference points at it.
+    pub uid: String,
+}
+
+impl Owner {
+    /// Takes name, namespace and uid from an object read from the API server. Fails, naming
+    /// what is missing, for an object that was never stored (no uid) or is not namespaced.
+    pub fn from_resource<K: kube::Resource>(kind: OwnerKind, obj: &K) -> Result<Owner, String> {
+        let meta = obj.meta();
+        let name = meta
+            .name
+            .clone()
+            .ok_or_else(|| format!("{} has no metadata.name", kind.kind()))?;
+        let missing = |field: &str| format!("{} {name:?} has no metadata.{field}", kind.kind());
+        let namespace = meta.namespace.clone().ok_or_else(|| missing("namespace"))?;
+        let uid = meta.uid.clone().ok_or_else(|| missing("uid"))?;
+        Ok(Owner {
+            kind,
+            name,
+            namespace,
+            uid,
+        })
+    }
+
+    /// The controller ownerReference every generated Deployment carries, so that deleting the
+    /// owner deletes it through garbage collection (R4, R7).
+    pub fn owner_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.kind.api_version().to_owned(),
+            kind: self.kind.kind().to_owned(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    /// Label selector (`owner=<name>,kind=<kind>`) matching this owner's generated
+    /// Deployments: the candidates for pruning, which [`may_prune`] then checks one by one.
+    pub fn selector(&self) -> String {
+        format!(
+            "{OWNER_LABEL}={},{KIND_LABEL}={}",
+            self.name,
+            self.kind.label_value()
+        )
+    }
+
+    /// The three mutantops labels of one variant's Deployment, selector and pods.
+    fn labels<'a>(&'a self, label: &'a str) -> [(&'static str, &'a str); 3] {
+        [
+            (OWNER_LABEL, self.name.as_str()),
+            (VARIANT_LABEL, label),
+            (KIND_LABEL, self.kind.label_value()),
+        ]
+    }
+}
+
+/// The uid of the controller ownerReference (`controller: true`) of an object, if any.
+pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// Whether the object's controller ownerReference points at `owner_uid` (R9).
+pub fn is_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    controller_uid(meta) == Some(owner_uid)
+}
+
+/// Whether a Deployment may be deleted by prune on behalf of `owner` (R6): it carries this
+/// owner's name and kind labels AND its controller ownerReference has this owner's uid. A
+/// Deployment that merely carries the labels, or belongs to a same-named owner of the other
+/// kind, is never touched. (The caller still skips names of declared variants.)
+pub fn may_prune(meta: &ObjectMeta, owner: &Owner) -> bool {
+    let label = |k: &str| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .map(String::as_str)
+    };
+    label(OWNER_LABEL) == Some(owner.name.as_str())
+        && label(KIND_LABEL) == Some(owner.kind.label_value())
+        && is_controlled_by(meta, &owner.uid)
+}

@@ -1,0 +1,96 @@
+//! The status of variants and of their owner (R3, R11, R12).
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+
+use super::READY_CONDITION;
+use crate::crd::{Condition, VariantState, VariantStatus};
+
+/// State of a valid variant from its Deployment (R11), with the replicas to report:
+/// `(state, replicas, ready_replicas)`.
+///
+/// `Ready` when the Deployment exists, has observed its latest generation, asks for
+/// `instances` replicas, and its status `replicas`, `updatedReplicas` and `readyReplicas`
+/// (missing counts as 0) all equal `instances`; so 0 instances is Ready at 0 once observed.
+/// Otherwise `Progressing`. `replicas` is `spec.replicas` (`instances` when absent), ready is
+/// `status.readyReplicas` (0 when absent).
+pub fn variant_state(instances: i32, dep: Option<&Deployment>) -> (VariantState, i32, i32) {
+    let Some(dep) = dep else {
+        return (VariantState::Progressing, instances, 0);
+    };
+    let replicas = dep
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(instances);
+    let status = dep.status.as_ref();
+    let count = |f: fn(&DeploymentStatus) -> Option<i32>| status.and_then(f).unwrap_or(0);
+    let ready = count(|s| s.ready_replicas);
+    let observed = match status.and_then(|s| s.observed_generation) {
+        Some(seen) => seen >= dep.metadata.generation.unwrap_or(0),
+        None => false,
+    };
+    let done = observed
+        && replicas == instances
+        && ready == instances
+        && count(|s| s.updated_replicas) == instances
+        && count(|s| s.replicas) == instances;
+    let state = if done {
+        VariantState::Ready
+    } else {
+        VariantState::Progressing
+    };
+    (state, replicas, ready)
+}
+
+/// `"N/M variants ready"` (R3, R11); M counts every declared variant, invalid and conflicting
+/// ones too.
+pub fn summary(statuses: &[VariantStatus]) -> String {
+    let ready = statuses
+        .iter()
+        .filter(|s| s.state == VariantState::Ready)
+        .count();
+    format!("{ready}/{} variants ready", statuses.len())
+}
+
+/// The standard `Ready` condition (R11). True when there is no base error and every variant
+/// that is neither Invalid nor Conflict is Ready (also with no such variant), else False.
+/// Reason `InvalidBase` (message: the base error), `AllVariantsReady` or `VariantsProgressing`
+/// (message: the summary, with the number of invalid and conflicting variants if any).
+/// `lastTransitionTime` is kept from `previous` when the status did not change, so an
+/// unchanged condition serializes byte-identically and no status write is needed (R12).
+pub fn ready_condition(
+    statuses: &[VariantStatus],
+    base_error: Option<&str>,
+    generation: Option<i64>,
+    previous: Option<&Condition>,
+    now: &str,
+) -> Condition {
+    let (status, reason, message) = match base_error {
+        Some(e) => ("False", "InvalidBase", e.to_owned()),
+        None => {
+            let count = |st| statuses.iter().filter(|s| s.state == st).count();
+            let (invalid, conflict) = (count(VariantState::Invalid), count(VariantState::Conflict));
+            let mut message = summary(statuses);
+            if invalid + conflict > 0 {
+                message = format!("{message} ({invalid} invalid, {conflict} in conflict)");
+            }
+            if count(VariantState::Progressing) == 0 {
+                ("True", "AllVariantsReady", message)
+            } else {
+                ("False", "VariantsProgressing", message)
+            }
+        }
+    };
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => now.to_owned(),
+    };
+    Condition {
+        type_: READY_CONDITION.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
+    }
+}

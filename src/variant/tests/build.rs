@@ -1,0 +1,306 @@
+//! Tests of building, planning, foreign Deployments and the apply decision (R4, R5, R8, R9,
+//! R12, R21).
+
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::{Value, json};
+
+use super::*;
+
+// R4
+#[test]
+fn build_names_labels_and_owns_the_deployment() {
+    let d = build(&base(), &owner(), &variant("canary", &[], 2));
+    assert_eq!(at(&d, "/apiVersion"), "apps/v1");
+    assert_eq!(at(&d, "/kind"), "Deployment");
+    assert_eq!(at(&d, "/metadata/name"), "web-canary");
+    assert_eq!(at(&d, "/metadata/namespace"), "team");
+    let ours = json!({
+        "app": "nginx",
+        OWNER_LABEL: "snap",
+        VARIANT_LABEL: "canary",
+        KIND_LABEL: "mutation",
+    });
+    assert_eq!(at(&d, "/metadata/labels"), &ours);
+    assert_eq!(at(&d, "/spec/selector/matchLabels"), &ours);
+    let mut pod = ours.clone();
+    pod["tier"] = json!("web");
+    assert_eq!(at(&d, "/spec/template/metadata/labels"), &pod);
+    assert_eq!(
+        at(&d, "/spec/selector/matchExpressions"),
+        &json!([{"key": "tier", "operator": "In", "values": ["web"]}])
+    );
+    assert_eq!(at(&d, "/spec/replicas"), 2);
+    assert_eq!(
+        at(&d, "/metadata/ownerReferences"),
+        &json!([{"apiVersion": "neiam.org/v1", "kind": "Mutation", "name": "snap",
+                 "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}])
+    );
+}
+
+// R4
+#[test]
+fn build_drops_server_fields_and_status() {
+    let d = build(&base(), &owner(), &variant("canary", &[], 1));
+    let keys: Vec<&String> = d
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["apiVersion", "kind", "metadata", "spec"]);
+    let meta: Vec<&String> = at(&d, "/metadata")
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        meta,
+        [
+            "annotations",
+            "labels",
+            "name",
+            "namespace",
+            "ownerReferences"
+        ]
+    );
+    let annotations = &d["metadata"]["annotations"];
+    let keys: Vec<&String> = annotations
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    // revision and last-applied belong to other writers
+    assert_eq!(keys, [HASH_ANNOTATION, "team"]);
+    assert_eq!(annotations["team"], "a");
+    assert_eq!(
+        annotations[HASH_ANNOTATION].as_str().map(str::len),
+        Some(16)
+    );
+    assert_eq!(
+        at(&d, "/spec/template/spec/futureField"),
+        &json!({"kept": true})
+    );
+}
+
+// R4
+#[test]
+fn build_extends_env_in_place_and_appends_sorted() {
+    let v = variant("canary", &[("MODE", "variant"), ("Y", "y"), ("B", "b")], 1);
+    let d = build(&base(), &owner(), &v);
+    assert_eq!(
+        at(&d, "/spec/template/spec/containers/0/env"),
+        &json!([
+            {"name": "A", "value": "1"},
+            {"name": "MODE", "value": "variant"},
+            {"name": "Z", "value": "26"},
+            {"name": "B", "value": "b"},
+            {"name": "Y", "value": "y"}
+        ])
+    );
+    assert_eq!(
+        at(&d, "/spec/template/spec/containers/1/env"),
+        &json!([
+            {"name": "B", "value": "b"},
+            {"name": "MODE", "value": "variant"},
+            {"name": "Y", "value": "y"}
+        ])
+    );
+    assert_eq!(
+        at(&d, "/spec/template/spec/initContainers"),
+        at(&base_json(), "/spec/template/spec/initContainers")
+    );
+    let plain = build(&base(), &owner(), &variant("plain", &[], 1));
+    assert!(
+        at(&plain, "/spec/template/spec/containers/1")
+            .get("env")
+            .is_none()
+    );
+}
+
+// R4, R12
+#[test]
+fn build_is_deterministic_and_hashes_the_desired_state() {
+    let v = variant("canary", &[("X", "1")], 1);
+    let a = build(&base(), &owner(), &v);
+    assert_eq!(a.to_string(), build(&base(), &owner(), &v).to_string());
+    let hash = |d: &Value| d["metadata"]["annotations"][HASH_ANNOTATION].clone();
+    assert_ne!(
+        hash(&a),
+        hash(&build(
+            &base(),
+            &owner(),
+            &variant("canary", &[("X", "2")], 1)
+        ))
+    );
+    assert_ne!(
+        hash(&a),
+        hash(&build(
+            &base(),
+            &owner(),
+            &variant("canary", &[("X", "1")], 2)
+        ))
+    );
+}
+
+// R21
+#[test]
+fn scaling_changes_only_replicas_and_the_hash() {
+    let mut one = build(&base(), &owner(), &variant("canary", &[("X", "1")], 1));
+    let mut four = build(&base(), &owner(), &variant("canary", &[("X", "1")], 4));
+    assert_eq!(one["spec"]["template"], four["spec"]["template"]);
+    for d in [&mut one, &mut four] {
+        d["spec"]["replicas"] = Value::Null;
+        d["metadata"]["annotations"][HASH_ANNOTATION] = Value::Null;
+    }
+    assert_eq!(one, four);
+}
+
+// R4, R6
+#[test]
+fn same_name_owners_of_both_kinds_select_different_pods() {
+    let md = Owner {
+        kind: OwnerKind::MutantDeployment,
+        ..owner()
+    };
+    let a = build(&base(), &owner(), &variant("canary", &[], 1));
+    let b = build(&base(), &md, &variant("canary", &[], 1));
+    assert_ne!(a["spec"]["selector"], b["spec"]["selector"]);
+}
+
+// R8, R9
+#[test]
+fn plan_keeps_order_and_reports_invalid_and_repeated_labels() {
+    let vs = [
+        variant("a", &[], 1),
+        variant("Bad", &[], 1),
+        variant("a", &[], 2),
+        variant("b", &[], -1),
+        variant("c", &[], 0),
+    ];
+    let p = plan(&base(), &owner(), &vs);
+    let names: Vec<&str> = p.iter().map(Planned::name).collect();
+    assert_eq!(names, ["web-a", "web-Bad", "web-a", "web-b", "web-c"]);
+    assert!(matches!(&p[0], Planned::Apply { instances: 1, .. }));
+    assert!(
+        matches!(&p[1], Planned::Invalid { message, .. } if message.starts_with("label \"Bad\""))
+    );
+    let repeated = "label \"a\" repeats variant 1 of the list, which keeps it";
+    assert!(matches!(&p[2], Planned::Conflict { message, .. } if message == repeated));
+    assert!(matches!(&p[3], Planned::Invalid { message, .. } if message.contains("instances -1")));
+    assert!(matches!(&p[4], Planned::Apply { object, .. } if object["spec"]["replicas"] == 0));
+    if let Planned::Apply { object, .. } = &p[0] {
+        assert_eq!(object, &build(&base(), &owner(), &vs[0]));
+    }
+}
+
+// R9
+#[test]
+fn the_first_declaration_keeps_a_label_even_when_invalid() {
+    let p = plan(
+        &base(),
+        &owner(),
+        &[variant("a", &[], -1), variant("a", &[], 1)],
+    );
+    assert!(matches!(p[0], Planned::Invalid { .. }));
+    assert!(matches!(p[1], Planned::Conflict { .. }));
+}
+
+// R8
+#[test]
+fn an_owner_name_too_long_for_a_label_invalidates_every_variant() {
+    let long = Owner {
+        name: "o".repeat(64),
+        ..owner()
+    };
+    let p = plan(&base(), &long, &[variant("a", &[], 1)]);
+    assert!(matches!(&p[0], Planned::Invalid { message, .. } if message.contains("at most 63")));
+}
+
+// R9
+#[test]
+fn an_existing_deployment_we_do_not_control_is_a_conflict() {
+    let o = owner();
+    let apply = || plan(&base(), &o, &[variant("a", &[], 1)]).remove(0);
+    assert_eq!(apply().check_existing(None, &o), apply());
+    let ours = meta(&[], Some(("Mutation", "snap", "uid-1")));
+    assert_eq!(apply().check_existing(Some(&ours), &o), apply());
+    let theirs = meta(&[], Some(("MutantDeployment", "snap", "uid-2")));
+    assert_eq!(
+        apply().check_existing(Some(&theirs), &o),
+        Planned::Conflict {
+            label: "a".into(),
+            name: "web-a".into(),
+            message: "Deployment \"web-a\" already exists and is controlled by \
+                      MutantDeployment \"snap\"; it is left alone"
+                .into(),
+        }
+    );
+    let orphan = apply().check_existing(Some(&meta(&[], None)), &o);
+    assert!(
+        matches!(orphan, Planned::Conflict { message, .. } if message.contains("has no controller"))
+    );
+    let invalid = Planned::Invalid {
+        label: "A".into(),
+        name: "web-A".into(),
+        message: "m".into(),
+    };
+    assert_eq!(invalid.clone().check_existing(Some(&theirs), &o), invalid);
+}
+
+// R5, R12
+#[test]
+fn a_matching_deployment_needs_no_apply() {
+    let mut b = base_json();
+    // zero values the API server omits and a quantity it turns into a string
+    b["spec"]["paused"] = json!(false);
+    // fields unknown to k8s-openapi do not survive a typed cache: see `needs_apply`
+    b["spec"]["template"]["spec"]["futureField"] = Value::Null;
+    b["spec"]["template"]["spec"]["containers"][1]["args"] = json!([]);
+    b["spec"]["template"]["spec"]["containers"][1]["resources"] = json!({"limits": {"cpu": 1}});
+    let base = Base::parse(&b).unwrap_or_else(|e| panic!("{e}"));
+    let desired = build(&base, &owner(), &variant("canary", &[("X", "1")], 1));
+    let mut obs = observed(&desired);
+    if let Some(spec) = obs.spec.as_mut() {
+        spec.paused = None;
+        if let Some(pod) = spec.template.spec.as_mut() {
+            pod.containers[1].args = None;
+        }
+    }
+    let obs_json = serde_json::to_value(&obs).unwrap_or_default();
+    assert_eq!(
+        at(
+            &obs_json,
+            "/spec/template/spec/containers/1/resources/limits/cpu"
+        ),
+        "1"
+    );
+    assert!(!needs_apply(&desired, Some(&obs)));
+}
+
+// R5, R12
+#[test]
+fn deletes_hand_edits_and_desired_changes_need_an_apply() {
+    let desired = build(&base(), &owner(), &variant("canary", &[("X", "1")], 1));
+    assert!(needs_apply::<Deployment>(&desired, None));
+    let mut scaled = observed(&desired);
+    if let Some(spec) = scaled.spec.as_mut() {
+        spec.replicas = Some(5);
+    }
+    assert!(needs_apply(&desired, Some(&scaled)));
+    let mut unlabelled = observed(&desired);
+    if let Some(labels) = unlabelled.metadata.labels.as_mut() {
+        labels.remove(VARIANT_LABEL);
+    }
+    assert!(needs_apply(&desired, Some(&unlabelled)));
+    let mut env_added = desired.clone();
+    if let Some(env) = env_added["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut()
+    {
+        env.push(json!({"name": "HAND", "value": "1"}));
+    }
+    assert!(needs_apply(&desired, Some(&observed(&env_added))));
+    // a desired state that only removes a field still differs, through the hash
+    let mut b = base_json();
+    b["metadata"]["annotations"] = json!({});
+    let fewer = build(
+        &Base::parse(&b).unwrap_or_else(|e| panic!("{e}")),
+        &owner(),
+        &variant("canary", &[("X", "1")], 1),
+    );
+    assert!(needs_apply(&fewer, Some(&observed(&desired))));
+}

@@ -1,0 +1,165 @@
+//! Tests of variant and base validation (R8, R10).
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::variant::validate::LABEL_RULE;
+
+// R8
+#[test]
+fn labels_are_dns1123_labels() {
+    for ok in ["canary", "a", "a-1", "0x", &"a".repeat(63)] {
+        assert_eq!(validate_label(ok), Ok(()), "{ok}");
+    }
+    for bad in ["", "Canary", "-a", "a-", "a_b", "a.b", "é", &"a".repeat(64)] {
+        assert!(validate_label(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        validate_label("Canary"),
+        Err(
+            "label \"Canary\": must be a DNS-1123 label: lower-case letters, digits and '-', \
+             starting and ending with a letter or digit, at most 63 characters"
+                .into()
+        )
+    );
+}
+
+// R8
+#[test]
+fn env_names_follow_the_classic_rule() {
+    for ok in ["FOO", "_x", "a.b", "-x", "x1", "A-B_c.D"] {
+        assert_eq!(validate_env_name(ok), Ok(()), "{ok}");
+    }
+    for bad in ["1X", "A=B", "A B", "Ä", "$X"] {
+        assert!(
+            validate_env_name(bad).is_err_and(|e| e.contains(&format!("{bad:?}"))),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        validate_env_name(""),
+        Err("env name \"\": must not be empty".into())
+    );
+}
+
+// R8
+#[test]
+fn variant_validation_reports_every_problem() {
+    assert_eq!(
+        validate_variant("web", &variant("canary", &[("X", "1")], 0)),
+        Ok(())
+    );
+    let e = validate_variant("web", &variant("Bad", &[("1X", "1"), ("OK", "")], -1));
+    assert_eq!(
+        e.map_err(|e| e
+            .split("; ")
+            .map(|p| p.split(':').next().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()),
+        Err(vec![
+            "label \"Bad\"".into(),
+            "env name \"1X\"".into(),
+            "instances -1".into()
+        ])
+    );
+}
+
+// R8
+#[test]
+fn deployment_name_must_fit_63_characters() {
+    let base = "b".repeat(50);
+    assert_eq!(deployment_name(&base, "x"), format!("{base}-x"));
+    assert_eq!(
+        validate_variant(&base, &variant(&"l".repeat(12), &[], 1)),
+        Ok(())
+    );
+    let e = validate_variant(&base, &variant(&"l".repeat(13), &[], 1));
+    assert!(e.is_err_and(|e| e.contains("64 characters, at most 63")));
+}
+
+// R10
+#[test]
+fn base_parses_and_keeps_the_raw_json() {
+    let b = base();
+    assert_eq!(b.name(), "web");
+    assert_eq!(b.value(), &base_json());
+}
+
+// R10
+#[test]
+fn base_structure_is_checked() {
+    assert!(parse_err(json!("x")).starts_with("deployment: must be an object"));
+    let e = parse_err(json!({"apiVersion": "apps/v2", "metadata": {}, "spec": {}}));
+    assert_eq!(
+        e,
+        "deployment.apiVersion: must be \"apps/v1\", not \"apps/v2\"; \
+         deployment.kind: required, must be \"Deployment\"; \
+         deployment.metadata.name: required; \
+         deployment.spec.selector: required; \
+         deployment.spec.template.spec.containers: required, at least one container"
+    );
+    let mut v = base_json();
+    v["metadata"]["name"] = json!("Web_1");
+    assert!(
+        parse_err(v)
+            .starts_with("deployment.metadata.name \"Web_1\": must be a DNS-1123 subdomain")
+    );
+    let mut v = base_json();
+    v["metadata"]["name"] = json!("a.b-c");
+    assert!(Base::parse(&v).is_ok());
+    let mut v = base_json();
+    v["spec"] = Value::Null;
+    assert_eq!(parse_err(v), "deployment.spec: required, must be an object");
+    let mut v = base_json();
+    v["spec"]["template"]["spec"]["containers"] = json!([]);
+    assert!(parse_err(v).contains("containers: required, at least one"));
+}
+
+// R10
+#[test]
+fn container_names_are_required_and_unique() {
+    let mut v = base_json();
+    v["spec"]["template"]["spec"]["containers"] =
+        json!([{"image": "x"}, {"name": "a"}, {"name": "a"}, {"name": "B"}]);
+    assert_eq!(
+        parse_err(v),
+        format!(
+            "deployment.spec.template.spec.containers[0].name: required; \
+             deployment.spec.template.spec.containers[2].name \"a\": must be unique; \
+             deployment.spec.template.spec.containers[3].name \"B\": {LABEL_RULE}"
+        )
+    );
+}
+
+// R10
+#[test]
+fn base_must_decode_as_a_typed_deployment() {
+    let mut v = base_json();
+    v["spec"]["replicas"] = json!("3");
+    assert_eq!(
+        parse_err(v),
+        "deployment: invalid type: string \"3\", expected i32"
+    );
+    let mut v = base_json();
+    v["spec"]["template"]["spec"]["containers"][0]["env"] = json!({"A": "1"});
+    assert!(parse_err(v).starts_with("deployment: invalid type: map"));
+}
+
+// R10
+#[test]
+fn template_labels_must_match_the_selector() {
+    let mut v = base_json();
+    v["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
+    assert!(parse_err(v).contains("(needs app=nginx)"));
+    let mut v = base_json();
+    v["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
+    assert!(parse_err(v).contains("(tier In [\"web\"])"));
+    let mut v = base_json();
+    v["spec"]["selector"]["matchExpressions"] = json!([
+        {"key": "tier", "operator": "Exists"},
+        {"key": "gone", "operator": "DoesNotExist"},
+        {"key": "tier", "operator": "NotIn", "values": ["db"]}
+    ]);
+    assert!(Base::parse(&v).is_ok());
+    v["spec"]["selector"]["matchExpressions"][0]["operator"] = json!("Near");
+    assert!(parse_err(v).contains("unknown operator \"Near\""));
+}

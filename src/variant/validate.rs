@@ -1,0 +1,246 @@
+//! Validation of variants (R8) and of the base Deployment (R10). The messages name the field
+//! and say what is wrong, so the HTTP API can return them as they are.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
+use super::MAX_DEPLOYMENT_NAME;
+use crate::crd::Variant;
+
+/// What a DNS-1123 label is, for messages.
+pub(super) const LABEL_RULE: &str = "must be a DNS-1123 label: lower-case letters, digits and \
+    '-', starting and ending with a letter or digit, at most 63 characters";
+/// What a DNS-1123 subdomain is, for messages.
+const SUBDOMAIN_RULE: &str = "must be a DNS-1123 subdomain: lower-case letters, digits, '-' and \
+    '.', starting and ending with a letter or digit, at most 253 characters";
+
+/// Whether `s` is a DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, 1 to 63 characters.
+fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&b.len())
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+        && b.first().is_some_and(alnum)
+        && b.last().is_some_and(alnum)
+}
+
+/// Whether `s` is a DNS-1123 subdomain: dot-separated DNS-1123 labels, at most 253 characters.
+fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Checks a variant label (R8): a DNS-1123 label, so it can be part of a Deployment name and a
+/// label value.
+pub fn validate_label(label: &str) -> Result<(), String> {
+    if is_dns1123_label(label) {
+        Ok(())
+    } else {
+        Err(format!("label {label:?}: {LABEL_RULE}"))
+    }
+}
+
+/// Checks an environment variable name (R8) with Kubernetes' classic rule
+/// `[-._a-zA-Z][-._a-zA-Z0-9]*`.
+pub fn validate_env_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+    match name.chars().next() {
+        None => Err("env name \"\": must not be empty".to_owned()),
+        Some(first) if !first.is_ascii_digit() && name.chars().all(allowed) => Ok(()),
+        Some(_) => Err(format!(
+            "env name {name:?}: must consist of letters, digits, '_', '-' and '.', and must \
+             not start with a digit"
+        )),
+    }
+}
+
+/// The name of a variant's Deployment: `<base>-<label>` (R4).
+pub fn deployment_name(base: &str, label: &str) -> String {
+    format!("{base}-{label}")
+}
+
+/// Checks one variant against the rules of R8: label, Deployment name length, every env name
+/// and instances. All problems are reported, joined with `"; "`.
+pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
+    let mut problems = Vec::new();
+    match validate_label(&v.label) {
+        Ok(()) => {
+            let name = deployment_name(base_name, &v.label);
+            if name.len() > MAX_DEPLOYMENT_NAME {
+                problems.push(format!(
+                    "deployment name {name:?}: {} characters, at most {MAX_DEPLOYMENT_NAME} \
+                     allowed (base name, '-', label); use a shorter label",
+                    name.len()
+                ));
+            }
+        }
+        Err(e) => problems.push(e),
+    }
+    problems.extend(v.env.keys().filter_map(|k| validate_env_name(k).err()));
+    if v.instances < 0 {
+        problems.push(format!("instances {}: must not be negative", v.instances));
+    }
+    join(problems)
+}
+
+/// Ok when there is no problem, else all of them joined with `"; "`.
+fn join(problems: Vec<String>) -> Result<(), String> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// A validated base Deployment (R10). It keeps the raw JSON as written, which
+/// [`build`](super::build()) copies, so fields unknown to k8s-openapi survive.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Base {
+    value: Value,
+    name: String,
+}
+
+impl Base {
+    /// Validates a base (R10): an object with `apiVersion: apps/v1`, `kind: Deployment`,
+    /// `metadata.name` a DNS-1123 subdomain, `spec.selector`, and `spec.template.spec.containers`
+    /// non-empty with unique DNS-1123 names; it must decode as a typed `Deployment` (a wrongly
+    /// typed field is reported with serde's message) and its pod template labels must match
+    /// its selector. Structural problems are all reported, joined with `"; "`.
+    pub fn parse(value: &Value) -> Result<Base, String> {
+        let Some(obj) = value.as_object() else {
+            return Err("deployment: must be an object: an apps/v1 Deployment with \
+                apiVersion, kind, metadata.name and spec"
+                .to_owned());
+        };
+        let mut problems = Vec::new();
+        for (field, want) in [("apiVersion", "apps/v1"), ("kind", "Deployment")] {
+            match obj.get(field) {
+                Some(Value::String(s)) if s == want => {}
+                None | Some(Value::Null) => {
+                    problems.push(format!("deployment.{field}: required, must be {want:?}"))
+                }
+                Some(other) => {
+                    problems.push(format!("deployment.{field}: must be {want:?}, not {other}"))
+                }
+            }
+        }
+        let name = match obj.get("metadata").and_then(|m| m.get("name")) {
+            Some(Value::String(n)) if is_dns1123_subdomain(n) => Some(n.clone()),
+            Some(Value::String(n)) => {
+                problems.push(format!("deployment.metadata.name {n:?}: {SUBDOMAIN_RULE}"));
+                None
+            }
+            None | Some(Value::Null) => {
+                problems.push("deployment.metadata.name: required".to_owned());
+                None
+            }
+            Some(other) => {
+                problems.push(format!(
+                    "deployment.metadata.name: must be a string, not {other}"
+                ));
+                None
+            }
+        };
+        check_spec(obj.get("spec"), &mut problems);
+        join(problems)?;
+
+        let typed: Deployment =
+            serde_json::from_value(value.clone()).map_err(|e| format!("deployment: {e}"))?;
+        if let Some(spec) = &typed.spec {
+            let labels = spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref());
+            selector_mismatch(&spec.selector, labels.unwrap_or(&BTreeMap::new()))?;
+        }
+        Ok(Base {
+            value: value.clone(),
+            name: name.unwrap_or_default(),
+        })
+    }
+
+    /// metadata.name of the base; variant Deployments are named `<name>-<label>`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The base as written.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+}
+
+/// The structural checks of a base's `spec`, appended to `problems`.
+fn check_spec(spec: Option<&Value>, problems: &mut Vec<String>) {
+    let Some(spec) = spec.and_then(Value::as_object) else {
+        problems.push("deployment.spec: required, must be an object".to_owned());
+        return;
+    };
+    if spec.get("selector").is_none_or(Value::is_null) {
+        problems.push("deployment.spec.selector: required".to_owned());
+    }
+    let containers = spec
+        .get("template")
+        .and_then(|t| t.get("spec"))
+        .and_then(|s| s.get("containers"));
+    let Some(containers) = containers
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty())
+    else {
+        problems.push(
+            "deployment.spec.template.spec.containers: required, at least one container".to_owned(),
+        );
+        return;
+    };
+    let mut seen = Vec::new();
+    for (i, c) in containers.iter().enumerate() {
+        let at = format!("deployment.spec.template.spec.containers[{i}].name");
+        match c.get("name") {
+            Some(Value::String(n)) if !is_dns1123_label(n) => {
+                problems.push(format!("{at} {n:?}: {LABEL_RULE}"))
+            }
+            Some(Value::String(n)) if seen.contains(&n) => {
+                problems.push(format!("{at} {n:?}: must be unique"))
+            }
+            Some(Value::String(n)) => seen.push(n),
+            _ => problems.push(format!("{at}: required")),
+        }
+    }
+}
+
+/// Fails when pod template `labels` do not satisfy `selector`: the API server would reject
+/// such a Deployment.
+fn selector_mismatch(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let fail = |what: String| {
+        Err(format!(
+            "deployment.spec.template.metadata.labels: must match deployment.spec.selector \
+             ({what})"
+        ))
+    };
+    for (k, v) in selector.match_labels.iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return fail(format!("needs {k}={v}"));
+        }
+    }
+    for req in selector.match_expressions.iter().flatten() {
+        let values = req.values.as_deref().unwrap_or_default();
+        let has = labels.get(&req.key);
+        let ok = match req.operator.as_str() {
+            "In" => has.is_some_and(|v| values.contains(v)),
+            "NotIn" => !has.is_some_and(|v| values.contains(v)),
+            "Exists" => has.is_some(),
+            "DoesNotExist" => has.is_none(),
+            op => return fail(format!("unknown operator {op:?} for {:?}", req.key)),
+        };
+        if !ok {
+            return fail(format!("{} {} {values:?}", req.key, req.operator));
+        }
+    }
+    Ok(())
+}
