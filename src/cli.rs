@@ -19,6 +19,7 @@ Environment:
   MUTANT_METRICS_ADDR   metrics and probes listen address (default 0.0.0.0:9568)
   MUTANT_API_TOKEN      admin token for the HTTP API (optional)
   MUTANT_API_INSECURE   true: serve the HTTP API without auth (local development only)
+  MUTANT_WATCH_NAMESPACE  reconcile only this namespace (default: all namespaces)
   MUTANT_LOG_FORMAT     text (default) or json
   RUST_LOG              log filter, e.g. info or mutantops=debug
   KUBECONFIG            kubeconfig used outside a cluster";
@@ -44,7 +45,10 @@ where
     let args: Vec<OsString> = args.into_iter().collect();
     let words: Vec<&str> = args
         .iter()
-        .map(|a| a.to_str().ok_or_else(|| format!("argument {a:?} is not valid UTF-8")))
+        .map(|a| {
+            a.to_str()
+                .ok_or_else(|| format!("argument {a:?} is not valid UTF-8"))
+        })
         .collect::<Result<_, _>>()?;
     match words.as_slice() {
         [] | ["run"] => Ok(Command::Run),
@@ -63,7 +67,9 @@ pub fn run(command: Command) -> Result<()> {
         Command::Run => {
             let config = Config::from_env(|name| std::env::var_os(name))?;
             logging::init(config.log_format);
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(operator::run(config))
         }
         Command::Help | Command::Version => Ok(()),
@@ -106,9 +112,18 @@ mod tests {
 
     #[test]
     fn unknown_arguments_are_errors() {
-        assert_eq!(parse_words(&["--bogus"]), Err("unknown argument '--bogus'".to_string()));
-        assert_eq!(parse_words(&["crd", "x"]), Err("unexpected argument 'x'".to_string()));
-        assert_eq!(parse_words(&["run", "--now"]), Err("unexpected argument '--now'".to_string()));
+        assert_eq!(
+            parse_words(&["--bogus"]),
+            Err("unknown argument '--bogus'".to_string())
+        );
+        assert_eq!(
+            parse_words(&["crd", "x"]),
+            Err("unexpected argument 'x'".to_string())
+        );
+        assert_eq!(
+            parse_words(&["run", "--now"]),
+            Err("unexpected argument '--now'".to_string())
+        );
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct Config {
     pub api_insecure: bool,
     /// `MUTANT_LOG_FORMAT`.
     pub log_format: LogFormat,
+    /// `MUTANT_WATCH_NAMESPACE`: reconcile only this namespace; `None` (unset or empty) for
+    /// every namespace.
+    pub watch_namespace: Option<String>,
 }
 
 impl Config {
@@ -80,7 +83,9 @@ impl Config {
         let api_insecure = match text("MUTANT_API_INSECURE")? {
             None => false,
             Some(value) => parse_bool(&value).ok_or_else(|| {
-                Error::Config(format!("MUTANT_API_INSECURE={value:?} is not true or false"))
+                Error::Config(format!(
+                    "MUTANT_API_INSECURE={value:?} is not true or false"
+                ))
             })?,
         };
         let log_format = match text("MUTANT_LOG_FORMAT")?.as_deref().map(str::trim) {
@@ -96,7 +101,18 @@ impl Config {
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
             .map(Secret);
+        let watch_namespace = text("MUTANT_WATCH_NAMESPACE")?
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        if let Some(ns) = &watch_namespace {
+            crate::variant::validate_label(ns).map_err(|e| {
+                Error::Config(format!(
+                    "MUTANT_WATCH_NAMESPACE is not a namespace name: {e}"
+                ))
+            })?;
+        }
         Ok(Config {
+            watch_namespace,
             api_addr: addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?,
             metrics_addr: addr("MUTANT_METRICS_ADDR", DEFAULT_METRICS_ADDR)?,
             api_token,
@@ -121,8 +137,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> Result<Config> {
-        let map: HashMap<String, OsString> =
-            vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        let map: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
         Config::from_env(|name| map.get(name).cloned())
     }
 
@@ -134,6 +152,7 @@ mod tests {
         assert_eq!(c.api_token, None);
         assert!(!c.api_insecure);
         assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.watch_namespace, None);
     }
 
     #[test]
@@ -144,6 +163,7 @@ mod tests {
             ("MUTANT_API_TOKEN", " abc \n"),
             ("MUTANT_API_INSECURE", "TRUE"),
             ("MUTANT_LOG_FORMAT", "json"),
+            ("MUTANT_WATCH_NAMESPACE", "edge"),
         ])
         .unwrap();
         assert_eq!(c.api_addr, "127.0.0.1:18080".parse().unwrap());
@@ -151,6 +171,7 @@ mod tests {
         assert_eq!(c.api_token, Some(Secret::new("abc")));
         assert!(c.api_insecure);
         assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.watch_namespace.as_deref(), Some("edge"));
     }
 
     #[test]
@@ -166,6 +187,7 @@ mod tests {
             ("MUTANT_METRICS_ADDR", "0.0.0.0"),
             ("MUTANT_API_INSECURE", "maybe"),
             ("MUTANT_LOG_FORMAT", "xml"),
+            ("MUTANT_WATCH_NAMESPACE", "Not_A_Namespace"),
         ] {
             let err = config(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name), "{name}={value}: {err}");

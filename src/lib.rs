@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod crd;
 pub mod logging;
 pub mod operator;
@@ -31,6 +32,14 @@ pub enum Error {
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 
+    /// The OS random source failed.
+    #[error("random source: {0}")]
+    Random(String),
+
+    /// An object from the API server lacks a field it always has (uid, namespace).
+    #[error("object {0} has no {1}")]
+    MissingField(String, &'static str),
+
     /// Serialising an object failed.
     #[error("serialize: {0}")]
     Serialize(String),
@@ -44,6 +53,8 @@ impl Error {
             Error::Kube(_) => "api",
             Error::Io(_) => "io",
             Error::Serialize(_) => "serialize",
+            Error::Random(_) => "random",
+            Error::MissingField(..) => "invalid",
         }
     }
 }

@@ -1,0 +1,250 @@
+//! The two controllers, one per owner kind (`MutantDeployment`, `Mutation`), run by
+//! kube-runtime's `Controller`.
+//!
+//! Each watches its owners and, through label selectors, only the Deployments (and for
+//! Mutations the Secrets) that it generated; `managedFields` and kubectl's last-applied
+//! annotation are dropped from cached objects to keep memory small. Owners are re-queued on
+//! spec changes only (generation), so the operator's own status writes do not loop; a periodic
+//! resync is the backstop (R13).
+
+mod reconcile;
+mod secret;
+
+use std::{fmt::Debug, sync::Arc, time::Duration};
+
+use futures::{Future, StreamExt};
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::{apps::v1::Deployment, core::v1::Secret},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        events::{Recorder, Reporter},
+        predicates, reflector,
+        reflector::Store,
+        watcher,
+    },
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    Error,
+    crd::{MutantDeployment, Mutation, OwnerStatus, Variant},
+    shutdown::Shutdown,
+    variant::{KIND_LABEL, OwnerKind},
+};
+
+pub use reconcile::reconcile;
+
+/// How long a failed reconcile waits before it is retried.
+pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How often an owner is reconciled when nothing happens (a backstop for missed events).
+pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
+
+/// What the reconciler needs to know of an owner kind.
+pub trait OwnerResource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    /// Which kind this is.
+    const KIND: OwnerKind;
+    /// The base Deployment as written.
+    fn base(&self) -> &serde_json::Value;
+    /// The declared variants, in order.
+    fn variants(&self) -> &[Variant];
+    /// The last reported status.
+    fn owner_status(&self) -> Option<&OwnerStatus>;
+}
+
+impl OwnerResource for MutantDeployment {
+    const KIND: OwnerKind = OwnerKind::MutantDeployment;
+    fn base(&self) -> &serde_json::Value {
+        &self.spec.deployment
+    }
+    fn variants(&self) -> &[Variant] {
+        &self.spec.mutations
+    }
+    fn owner_status(&self) -> Option<&OwnerStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl OwnerResource for Mutation {
+    const KIND: OwnerKind = OwnerKind::Mutation;
+    fn base(&self) -> &serde_json::Value {
+        &self.spec.deployment
+    }
+    fn variants(&self) -> &[Variant] {
+        &self.spec.variants
+    }
+    fn owner_status(&self) -> Option<&OwnerStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// Shared state of one controller.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// This controller's generated Deployments (label-selected).
+    pub deployments: Store<Deployment>,
+    /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
+    pub secrets: Option<Store<Secret>>,
+    /// Publishes Events on owners.
+    pub recorder: Recorder,
+}
+
+/// The caches of a running pair of controllers, for readers such as the HTTP API and metrics.
+#[derive(Clone)]
+pub struct Caches {
+    /// All MutantDeployments.
+    pub mutant_deployments: Store<MutantDeployment>,
+    /// All Mutations.
+    pub mutations: Store<Mutation>,
+    /// The Mutations' own Secrets.
+    pub secrets: Store<Secret>,
+}
+
+/// Drops what the operator never reads from cached objects: `managedFields` and kubectl's
+/// last-applied annotation (a full copy of the object).
+fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// The label selector of everything generated for owners of `kind`.
+pub fn generated_selector(kind: OwnerKind) -> String {
+    format!("{KIND_LABEL}={}", kind.label_value())
+}
+
+/// Builds the controller of kind `K`. `secrets` is given for Mutations only. Returns the
+/// owners' cache and the future that runs the controller until `shutdown` resolves.
+fn controller<K>(
+    client: Client,
+    namespace: Option<&str>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    secrets: Option<(Store<Secret>, reflector::store::Writer<Secret>)>,
+) -> (Store<K>, impl Future<Output = ()>)
+where
+    K: OwnerResource,
+{
+    let selector = generated_selector(K::KIND);
+    let owners: Api<K> = scoped(&client, namespace);
+    let (owner_store, owner_writer) = reflector::store();
+    let owner_stream = watcher(owners, watcher::Config::default())
+        .default_backoff()
+        .modify(slim)
+        .reflect(owner_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+
+    let deployments: Api<Deployment> = scoped(&client, namespace);
+    let (deployment_store, deployment_writer) = reflector::store();
+    let deployment_stream = watcher(deployments, watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .modify(slim)
+        .reflect(deployment_writer)
+        .touched_objects();
+
+    let mut controller =
+        Controller::for_stream(owner_stream, owner_store.clone()).owns_stream(deployment_stream);
+    let secret_store = match secrets {
+        Some((store, writer)) => {
+            let api: Api<Secret> = scoped(&client, namespace);
+            let stream = watcher(api, watcher::Config::default().labels(&selector))
+                .default_backoff()
+                .modify(slim)
+                .reflect(writer)
+                .touched_objects();
+            controller = controller.owns_stream(stream);
+            Some(store)
+        }
+        None => None,
+    };
+
+    let reporter = Reporter {
+        controller: "mutantops".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        deployments: deployment_store,
+        secrets: secret_store,
+    });
+    let kind = K::KIND.kind();
+    let run = controller
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, error_policy::<K>, context)
+        .for_each(move |result| async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(kind, object = %obj, "reconciled"),
+                Err(err) => {
+                    tracing::warn!(kind, error = %crate::cli::error_chain(&err), "controller error")
+                }
+            }
+        });
+    (owner_store, run)
+}
+
+/// An `Api` over one namespace, or over all of them.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A failed reconcile is logged and retried after [`RETRY_AFTER`].
+fn error_policy<K: OwnerResource>(obj: Arc<K>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        kind = K::KIND.kind(),
+        namespace = obj.namespace().unwrap_or_default(),
+        name = obj.name_any(),
+        error = %crate::cli::error_chain(err),
+        "reconcile failed; retrying in 10s"
+    );
+    Action::requeue(RETRY_AFTER)
+}
+
+/// Runs both controllers until `shutdown` resolves, over `namespace` or every namespace.
+/// `on_caches` receives the caches as soon as they exist (they fill while the controllers
+/// start).
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    shutdown: Shutdown,
+    on_caches: impl FnOnce(Caches),
+) {
+    let namespace = namespace.as_deref();
+    let (secret_store, secret_writer) = reflector::store();
+    let (mutant_deployments, run_md) =
+        controller::<MutantDeployment>(client.clone(), namespace, shutdown.clone().wait(), None);
+    let (mutations, run_mutations) = controller::<Mutation>(
+        client,
+        namespace,
+        shutdown.wait(),
+        Some((secret_store.clone(), secret_writer)),
+    );
+    on_caches(Caches {
+        mutant_deployments,
+        mutations,
+        secrets: secret_store,
+    });
+    futures::join!(run_md, run_mutations);
+}

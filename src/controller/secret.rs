@@ -1,0 +1,135 @@
+//! The Mutation's Secret `<name>-secret` (R14, R15): a random token, created once, owned by
+//! the Mutation (so garbage collection deletes it with the Mutation), never rewritten. A Secret
+//! of that name that the Mutation does not control is left alone and reported.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api, ResourceExt,
+    api::{ObjectMeta, PostParams},
+    runtime::reflector::ObjectRef,
+};
+
+use super::Context;
+use crate::{
+    Error, Result,
+    variant::{KIND_LABEL, OWNER_LABEL, Owner, is_controlled_by},
+};
+
+/// Key of the token in the Secret.
+pub const TOKEN_KEY: &str = "token";
+
+/// Name of a Mutation's Secret.
+pub fn secret_name(mutation: &str) -> String {
+    format!("{mutation}-secret")
+}
+
+/// 64 lower-case hex characters from 32 bytes of the OS random source.
+pub fn new_token() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
+    Ok(bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+        out
+    }))
+}
+
+/// What became of the Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretState {
+    /// The Mutation's own Secret exists (found or just created).
+    Owned { created: bool },
+    /// A Secret of that name exists and is not controlled by this Mutation.
+    Foreign,
+}
+
+/// Makes sure the Mutation has its Secret. Reads the cache first, so a steady state makes no
+/// request; only a cache miss asks the API server (metadata only: a foreign Secret's data is
+/// never read).
+pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
+    let name = secret_name(&owner.name);
+    let key = ObjectRef::new(&name).within(&owner.namespace);
+    if let Some(cached) = ctx.secrets.as_ref().and_then(|store| store.get(&key))
+        && is_controlled_by(&cached.metadata, &owner.uid)
+    {
+        return Ok(SecretState::Owned { created: false });
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    // Two rounds at most: a create that loses a race looks again once.
+    for _ in 0..2 {
+        if let Some(existing) = api.get_metadata_opt(&name).await? {
+            return Ok(if is_controlled_by(&existing.metadata, &owner.uid) {
+                SecretState::Owned { created: false }
+            } else {
+                SecretState::Foreign
+            });
+        }
+        match api
+            .create(&PostParams::default(), &new_secret(owner, &name)?)
+            .await
+        {
+            Ok(created) => {
+                tracing::info!(namespace = %owner.namespace, secret = %created.name_any(), "created the Mutation's Secret");
+                return Ok(SecretState::Owned { created: true });
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(SecretState::Foreign)
+}
+
+/// The Secret object: labelled so the operator watches only its own Secrets, controlled by the
+/// Mutation, immutable so not even the operator can rewrite the token.
+fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
+    let labels = BTreeMap::from([
+        (OWNER_LABEL.to_string(), owner.name.clone()),
+        (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "mutantops".to_string(),
+        ),
+    ]);
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![owner.owner_reference()]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".to_string()),
+        immutable: Some(true),
+        data: Some(BTreeMap::from([(
+            TOKEN_KEY.to_string(),
+            ByteString(new_token()?.into_bytes()),
+        )])),
+        ..Secret::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_64_lowercase_hex_and_differ() {
+        // R14
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 64);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+            "{a}"
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn secret_is_named_after_the_mutation() {
+        assert_eq!(secret_name("browser-snap"), "browser-snap-secret");
+    }
+}
