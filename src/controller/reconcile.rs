@@ -7,7 +7,10 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::{api::apps::v1::Deployment, jiff::Timestamp};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::ObjectReference},
+    jiff::Timestamp,
+};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
@@ -150,7 +153,8 @@ async fn converge<K: OwnerResource>(
                 Ok(applied) => {
                     if observed.is_none() {
                         let note = format!("created Deployment {name} for variant {label}");
-                        publish(ctx, obj, EventType::Normal, "VariantCreated", note).await;
+                        let related = Some(deployment_ref(&owner.namespace, name));
+                        publish(ctx, obj, EventType::Normal, "VariantCreated", note, related).await;
                     }
                     observed = Some(applied);
                     applied_any = true;
@@ -212,7 +216,8 @@ async fn prune<K: OwnerResource>(
         match api.delete(&name, &params).await {
             Ok(_) => {
                 let note = format!("deleted Deployment {name}: its variant is no longer declared");
-                publish(ctx, obj, EventType::Normal, "VariantPruned", note).await;
+                let related = Some(deployment_ref(&owner.namespace, &name));
+                publish(ctx, obj, EventType::Normal, "VariantPruned", note, related).await;
             }
             // Already gone, or replaced by another object of that name: nothing to prune.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
@@ -294,7 +299,7 @@ async fn announce_problems<K: OwnerResource>(
 ) {
     if status.message.is_some() && status.message != previous.message {
         let note = status.message.clone().unwrap_or_default();
-        publish(ctx, obj, EventType::Warning, "InvalidObject", note).await;
+        publish(ctx, obj, EventType::Warning, "InvalidObject", note, None).await;
     }
     for v in &status.variants {
         let reason = match v.state {
@@ -311,7 +316,22 @@ async fn announce_problems<K: OwnerResource>(
             v.label,
             v.message.clone().unwrap_or_default()
         );
-        publish(ctx, obj, EventType::Warning, reason, note).await;
+        let namespace = obj.namespace().unwrap_or_default();
+        let related = Some(deployment_ref(&namespace, &v.deployment));
+        publish(ctx, obj, EventType::Warning, reason, note, related).await;
+    }
+}
+
+/// A reference to a variant's Deployment (which may not exist), the Event's related object:
+/// it also keeps Events about different variants apart, as the recorder merges Events with the
+/// same reason, owner and related object into one series.
+fn deployment_ref(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps/v1".to_string()),
+        kind: Some("Deployment".to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        ..ObjectReference::default()
     }
 }
 
@@ -322,13 +342,14 @@ async fn publish<K: OwnerResource>(
     type_: EventType,
     reason: &str,
     note: String,
+    related: Option<ObjectReference>,
 ) {
     let event = Event {
         type_,
         reason: reason.to_string(),
         note: Some(truncate(note, 1000)),
         action: "Reconcile".to_string(),
-        secondary: None,
+        secondary: related,
     };
     if let Err(err) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
         tracing::warn!(reason, error = %err, "could not publish an Event");

@@ -1,0 +1,279 @@
+//! Shared harness of the integration tests: a client for the real control plane named by
+//! `KUBECONFIG`, a fresh namespace per test, and waiting with a deadline.
+//!
+//! Integration tests are `#[ignore = "needs a cluster: scripts/test runs them"]`: a plain
+//! `cargo test` lists them as ignored, `scripts/test` runs them with `--include-ignored`.
+//! Without a reachable cluster they fail, naming the command that starts one.
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a failed step must fail the test"
+)]
+
+use std::{fmt::Debug, future::Future, time::Duration};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, PostParams},
+};
+
+/// What to do when no cluster is reachable.
+pub const NO_CLUSTER: &str = "no Kubernetes API server reachable for the integration tests. \
+Start the local control plane with `scripts/cluster up` and `eval \"$(scripts/cluster env)\"`, \
+or run everything with `scripts/test`";
+
+/// A client for the cluster in `KUBECONFIG` (or the in-cluster service account), checked to
+/// answer. Panics with [`NO_CLUSTER`] otherwise.
+pub async fn client() -> Client {
+    let client = match Client::try_default().await {
+        Ok(client) => client,
+        Err(err) => panic!("{NO_CLUSTER}\n(cause: {err})"),
+    };
+    match tokio::time::timeout(Duration::from_secs(15), client.apiserver_version()).await {
+        Ok(Ok(_)) => client,
+        Ok(Err(err)) => panic!("{NO_CLUSTER}\n(cause: {err})"),
+        Err(_) => panic!("{NO_CLUSTER}\n(cause: no answer within 15 s)"),
+    }
+}
+
+/// A namespace that belongs to one test. Dropping it deletes the namespace (in the background:
+/// the namespace controller removes its contents).
+pub struct TestNamespace {
+    pub client: Client,
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `<prefix>-<random>` and returns it with a client.
+    pub async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        let name = format!("{}-{}", prefix, random_suffix());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name, "labels": { "mutantops.neiam.org/test": "true" } }
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        TestNamespace { client, name }
+    }
+
+    /// An `Api` for a namespaced kind in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = std::mem::take(&mut self.name);
+        // Drop cannot await, and the test's own client cannot be used here: its connection
+        // tasks live on the test's runtime, which this blocks. A short-lived runtime on its own
+        // thread, with a client of its own, does the delete.
+        let done = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async move {
+                    let Ok(client) = Client::try_default().await else {
+                        return;
+                    };
+                    let api = Api::<Namespace>::all(client);
+                    if let Err(err) = api.delete(&name, &DeleteParams::background()).await {
+                        eprintln!("warning: deleting test namespace {name}: {err}");
+                    }
+                });
+            }
+        });
+        let _ = done.join();
+    }
+}
+
+/// Eight random lower-case hex characters.
+pub fn random_suffix() -> String {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).unwrap();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Polls `check` every 200 ms until it returns `Ok(value)`, or panics after `timeout` with
+/// `what` and the last `Err` it returned (the state it was waiting on).
+pub async fn wait_for<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    E: Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) => {
+                if tokio::time::Instant::now() >= deadline {
+                    panic!("timed out after {timeout:?} waiting for {what}; last seen: {last:?}");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Builds a typed object from JSON, for concise fixtures.
+pub fn from_json<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).unwrap()
+}
+
+/// The names of a list of objects, sorted.
+pub fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
+    let mut names: Vec<String> = items.iter().map(|o| o.name_any()).collect();
+    names.sort();
+    names
+}
+
+/// Installs (server-side applies) the CRDs generated from the Rust types and waits until the
+/// API server has established them. Idempotent; tests running at once may all call it.
+pub async fn install_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        mutantops::crd::MutantDeployment::crd(),
+        mutantops::crd::Mutation::crd(),
+    ] {
+        let name = crd.name_any();
+        let params = kube::api::PatchParams::apply("mutantops-tests").force();
+        api.patch(&name, &params, &kube::api::Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("the API server rejected CRD {name}: {e}"));
+        wait_for(
+            &format!("CRD {name} to be established"),
+            Duration::from_secs(30),
+            || async {
+                let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                let established = conditions
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    Ok(())
+                } else {
+                    Err(format!("{conditions:?}"))
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// A `mutantops` process (the real binary) reconciling one namespace, with its log in a file.
+/// Dropping it kills the process; when a test fails, the log's tail is printed.
+pub struct Operator {
+    child: std::process::Child,
+    pub log: std::path::PathBuf,
+    namespace: String,
+    pub api_port: u16,
+    pub metrics_port: u16,
+}
+
+impl Operator {
+    /// Starts `mutantops` against the cluster in `KUBECONFIG`, scoped to `namespace`.
+    pub fn start(namespace: &str) -> Operator {
+        Self::start_with(namespace, &[])
+    }
+
+    /// Like [`Operator::start`], with extra environment variables.
+    pub fn start_with(namespace: &str, env: &[(&str, &str)]) -> Operator {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{namespace}-{}.log", random_suffix()));
+        let file = std::fs::File::create(&log).unwrap();
+        let (api_port, metrics_port) = (free_port(), free_port());
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mutantops"));
+        command
+            .env("MUTANT_WATCH_NAMESPACE", namespace)
+            .env("MUTANT_API_ADDR", format!("127.0.0.1:{api_port}"))
+            .env("MUTANT_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+            .env("RUST_LOG", "info,mutantops=debug")
+            .env_remove("MUTANT_API_TOKEN")
+            .env_remove("MUTANT_API_INSECURE")
+            .stdout(std::process::Stdio::null())
+            .stderr(file);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command.spawn().unwrap();
+        Operator {
+            child,
+            log,
+            namespace: namespace.to_string(),
+            api_port,
+            metrics_port,
+        }
+    }
+
+    /// Kills the process with SIGKILL, as a crash or OOM kill would, and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let text = self.log_text();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!(
+                "--- last lines of the operator log for {} ({}) ---\n{}",
+                self.namespace,
+                self.log.display(),
+                tail.join("\n")
+            );
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

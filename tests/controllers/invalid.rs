@@ -1,0 +1,142 @@
+//! R8, R10: invalid variants are skipped and reported while the others run; an invalid base
+//! applies and prunes nothing.
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::ListParams;
+use serde_json::json;
+
+use super::*;
+
+/// R8, R26: a bad label, a bad env name and negative instances are each Invalid with a message
+/// (and a VariantInvalid Event), while the valid variant runs.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn invalid_variants_are_reported_and_the_others_run() {
+    let f = Fixture::new("ctl-invalid").await;
+    let variants = json!([
+        { "label": "Bad_Label", "instances": 1 },
+        { "label": "badenv", "env": { "1BAD": "x" }, "instances": 1 },
+        { "label": "negative", "instances": -1 },
+        { "label": "good", "instances": 1 }
+    ]);
+    f.apply::<MutantDeployment>(&mutant_deployment("inv", base("web"), variants))
+        .await;
+    let status = f
+        .wait_status::<MutantDeployment>("inv", "good ready", |s| {
+            s.variants.len() == 4 && s.variants[3].state == VariantState::Ready
+        })
+        .await;
+    let expected = ["Bad_Label", "1BAD", "instances"];
+    for (i, needle) in expected.iter().enumerate() {
+        let v = &status.variants[i];
+        assert_eq!(v.state, VariantState::Invalid, "{v:?}");
+        assert!(v.message.as_deref().unwrap_or("").contains(needle), "{v:?}");
+    }
+    assert_eq!(status.summary, "1/4 variants ready");
+    // R11: Ready counts only valid variants.
+    assert_eq!(status.conditions[0].status, "True");
+    for name in ["web-badenv", "web-negative"] {
+        assert!(
+            f.deployments().get_opt(name).await.unwrap().is_none(),
+            "{name} must not exist"
+        );
+    }
+
+    // R26: one VariantInvalid Event per invalid variant.
+    let events: Api<Event> = f.ns.api();
+    let reasons = wait_for("VariantInvalid events", CONVERGE, || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let invalid: Vec<String> = list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("VariantInvalid"))
+            .filter_map(|e| e.message.clone())
+            .collect();
+        if invalid.len() >= 3 {
+            Ok(invalid)
+        } else {
+            Err(format!("{invalid:?}"))
+        }
+    })
+    .await;
+    assert_eq!(
+        reasons.len(),
+        3,
+        "once per invalid variant, not per reconcile: {reasons:?}"
+    );
+}
+
+/// R10: an invalid base (ours to see, or one the API server rejects) leaves every running
+/// variant Deployment in place, applies nothing, prunes nothing, and says why.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn an_invalid_base_leaves_running_variants_alone() {
+    let f = Fixture::new("ctl-badbase").await;
+    let two = json!([{ "label": "a", "instances": 1 }, { "label": "b", "instances": 1 }]);
+    f.apply::<Mutation>(&mutation("m", base("web"), two)).await;
+    let a = f.wait_deployment("web-a", "ready", |d| ready(d, 1)).await;
+    let b = f.wait_deployment("web-b", "ready", |d| ready(d, 1)).await;
+
+    // No containers, and variant b removed: neither applied nor pruned.
+    let mut broken = base("web");
+    broken["spec"]["template"]["spec"]["containers"] = json!([]);
+    let only_a = json!([{ "label": "a", "instances": 3 }]);
+    f.apply::<Mutation>(&mutation("m", broken, only_a.clone()))
+        .await;
+    let status = f
+        .wait_status::<Mutation>("m", "invalid base reported", |s| s.message.is_some())
+        .await;
+    assert!(
+        status.message.as_deref().unwrap().contains("containers"),
+        "{status:?}"
+    );
+    assert_eq!(status.conditions[0].reason, "InvalidBase");
+    // The API server rejects a container without an image: also an invalid base.
+    let mut rejected = base("web");
+    rejected["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("image");
+    f.apply::<Mutation>(&mutation("m", rejected, only_a)).await;
+    let status = f
+        .wait_status::<Mutation>("m", "server rejection reported", |s| {
+            s.message.as_deref().is_some_and(|m| m.contains("image"))
+        })
+        .await;
+    assert!(
+        status
+            .variants
+            .iter()
+            .all(|v| v.state == VariantState::Invalid),
+        "{status:?}"
+    );
+
+    for before in [&a, &b] {
+        let now = f.deployments().get(&before.name_any()).await.unwrap();
+        assert_eq!(now.uid(), before.uid());
+        assert_eq!(
+            now.metadata.generation,
+            before.metadata.generation,
+            "{} changed",
+            before.name_any()
+        );
+        assert_eq!(now.spec.unwrap().replicas, Some(1));
+    }
+
+    // Fixed: applied again, and b pruned.
+    f.apply::<Mutation>(&mutation(
+        "m",
+        base("web"),
+        json!([{ "label": "a", "instances": 3 }]),
+    ))
+    .await;
+    f.wait_deployment("web-a", "3 ready", |d| ready(d, 3)).await;
+    f.wait_gone("web-b").await;
+    let status = f
+        .wait_status::<Mutation>("m", "healthy", |s| s.message.is_none())
+        .await;
+    assert_eq!(status.summary, "1/1 variants ready");
+}

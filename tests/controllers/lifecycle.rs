@@ -1,0 +1,158 @@
+//! Generated Deployments follow their owner: hand edits and deletes are put back, and owners
+//! of the two kinds with the same name never touch each other's Deployments.
+
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use super::*;
+
+/// R5: a hand edit of replicas or env, or a delete, of a generated Deployment is undone.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn hand_edits_and_deletes_are_undone() {
+    let f = Fixture::new("ctl-edits").await;
+    let variants = json!([{ "label": "a", "env": { "MODE": "variant" }, "instances": 2 }]);
+    f.apply::<MutantDeployment>(&mutant_deployment("edits", base("web"), variants))
+        .await;
+    let first = f.wait_deployment("web-a", "2 ready", |d| ready(d, 2)).await;
+
+    // Another field manager changes replicas and an env value, as `kubectl edit` would.
+    let mut edited = serde_json::to_value(&first).unwrap();
+    edited["spec"]["replicas"] = json!(5);
+    edited["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"] = json!("hacked");
+    edited["metadata"]["managedFields"] = serde_json::Value::Null;
+    f.deployments()
+        .replace(
+            "web-a",
+            &kube::api::PostParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &serde_json::from_value(edited).unwrap(),
+        )
+        .await
+        .unwrap();
+    let restored = f
+        .wait_deployment("web-a", "replicas and env put back", |d| {
+            d.spec.as_ref().and_then(|s| s.replicas) == Some(2)
+                && env_of(d).contains(&("MODE".into(), "variant".into()))
+        })
+        .await;
+    assert_eq!(restored.uid(), first.uid());
+
+    // Deleted by hand: made again.
+    f.deployments()
+        .delete("web-a", &DeleteParams::background())
+        .await
+        .unwrap();
+    let again = f
+        .wait_deployment("web-a", "re-created", |d| {
+            d.uid() != first.uid() && d.metadata.deletion_timestamp.is_none()
+        })
+        .await;
+    assert_eq!(again.spec.unwrap().replicas, Some(2));
+}
+
+/// R6: a MutantDeployment and a Mutation with the same name in one namespace never prune each
+/// other's Deployments.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn same_named_owners_of_both_kinds_do_not_prune_each_other() {
+    let f = Fixture::new("ctl-twins").await;
+    let two = json!([{ "label": "x", "instances": 1 }, { "label": "y", "instances": 1 }]);
+    f.apply::<MutantDeployment>(&mutant_deployment("twin", base("md"), two.clone()))
+        .await;
+    f.apply::<Mutation>(&mutation("twin", base("mu"), two))
+        .await;
+    let mut uids = Vec::new();
+    for name in ["md-x", "md-y", "mu-x", "mu-y"] {
+        uids.push(
+            f.wait_deployment(name, "ready", |d| ready(d, 1))
+                .await
+                .uid(),
+        );
+    }
+
+    // Each drops variant y: each prunes its own, and only its own.
+    let one = json!([{ "label": "x", "instances": 1 }]);
+    f.apply::<MutantDeployment>(&mutant_deployment("twin", base("md"), one.clone()))
+        .await;
+    f.wait_gone("md-y").await;
+    f.wait_status::<MutantDeployment>("twin", "1 variant", |s| s.variants.len() == 1)
+        .await;
+    assert_eq!(
+        f.deployments().get("mu-y").await.unwrap().uid(),
+        uids[3],
+        "mu-y untouched"
+    );
+    assert_eq!(f.deployments().get("mu-x").await.unwrap().uid(), uids[2]);
+
+    f.apply::<Mutation>(&mutation("twin", base("mu"), one))
+        .await;
+    f.wait_gone("mu-y").await;
+    assert_eq!(
+        f.deployments().get("md-x").await.unwrap().uid(),
+        uids[0],
+        "md-x untouched"
+    );
+
+    // Deleting one owner leaves the other's Deployments alone.
+    f.mutations()
+        .delete("twin", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    f.wait_gone("mu-x").await;
+    assert_eq!(f.deployments().get("md-x").await.unwrap().uid(), uids[0]);
+}
+
+/// R4, R6: renaming the base moves every variant to the new name and prunes the old ones;
+/// adding a variant starts it.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn adding_variants_and_renaming_the_base() {
+    let f = Fixture::new("ctl-rename").await;
+    f.apply::<Mutation>(&mutation(
+        "m",
+        base("old"),
+        json!([{ "label": "a", "instances": 1 }]),
+    ))
+    .await;
+    f.wait_deployment("old-a", "ready", |d| ready(d, 1)).await;
+
+    let both = json!([{ "label": "a", "instances": 1 }, { "label": "b", "instances": 0 }]);
+    f.apply::<Mutation>(&mutation("m", base("new"), both)).await;
+    f.wait_deployment("new-a", "ready", |d| ready(d, 1)).await;
+    f.wait_deployment("new-b", "0 replicas", |d| ready(d, 0))
+        .await;
+    f.wait_gone("old-a").await;
+    // R11: 0 instances is Ready at 0.
+    let status = f
+        .wait_status::<Mutation>("m", "2/2", |s| s.summary == "2/2 variants ready")
+        .await;
+    assert_eq!(status.variants[1].replicas, 0);
+}
+
+/// R13: SIGTERM stops the operator cleanly (exit status 0) and promptly; what it made stays.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn sigterm_stops_the_operator_cleanly() {
+    let mut f = Fixture::new("ctl-sigterm").await;
+    f.apply::<Mutation>(&mutation(
+        "m",
+        base("web"),
+        json!([{ "label": "a", "instances": 1 }]),
+    ))
+    .await;
+    let before = f.wait_deployment("web-a", "ready", |d| ready(d, 1)).await;
+    let status = f.operator.terminate(Duration::from_secs(10));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status {status:?}\n{}",
+        f.operator.log_text()
+    );
+    assert!(f.operator.log_text().contains("SIGTERM"));
+    assert_eq!(
+        f.deployments().get("web-a").await.unwrap().uid(),
+        before.uid()
+    );
+}

@@ -1,0 +1,304 @@
+//! Integration tests of the controllers against the real control plane: each test runs the
+//! real `mutantops` binary scoped to a namespace of its own and checks what it does to real
+//! Deployments, Secrets and statuses. Each test cites the rule (R#) it checks.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a failed step must fail the test"
+)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod conflicts;
+mod examples;
+mod invalid;
+mod lifecycle;
+mod secret;
+mod steady;
+
+use std::{
+    io::{Read, Seek, SeekFrom},
+    time::Duration,
+};
+
+use common::{Operator, TestNamespace, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use mutantops::crd::{MutantDeployment, Mutation, OwnerStatus, VariantState};
+use serde_json::{Value, json};
+
+/// How long convergence may take in these tests.
+pub const CONVERGE: Duration = Duration::from_secs(60);
+
+/// A namespace with the CRDs installed and an operator reconciling it.
+pub struct Fixture {
+    pub operator: Operator,
+    pub ns: TestNamespace,
+}
+
+impl Fixture {
+    pub async fn new(prefix: &str) -> Fixture {
+        let ns = TestNamespace::new(prefix).await;
+        common::install_crds(&ns.client).await;
+        let operator = Operator::start(&ns.name);
+        Fixture { operator, ns }
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        self.ns.api()
+    }
+
+    pub fn mutations(&self) -> Api<Mutation> {
+        self.ns.api()
+    }
+
+    pub fn mutant_deployments(&self) -> Api<MutantDeployment> {
+        self.ns.api()
+    }
+
+    /// Server-side applies a manifest (YAML or JSON) as the test's own field manager.
+    pub async fn apply<K>(&self, manifest: &Value)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+        let api: Api<K> = self.ns.api();
+        api.patch(
+            &name,
+            &PatchParams::apply("test-author").force(),
+            &Patch::Apply(manifest),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+    }
+
+    /// Waits until the owner's status satisfies `check`, and returns it.
+    pub async fn wait_status<K>(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&OwnerStatus) -> bool,
+    ) -> OwnerStatus
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + HasStatus,
+    {
+        let api: Api<K> = self.ns.api();
+        wait_for(&format!("{name}: {what}"), CONVERGE, || async {
+            let obj = api.get(name).await.map_err(|e| e.to_string())?;
+            match obj.owner_status() {
+                Some(status) if check(status) => Ok(status.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+
+    /// Waits until Deployment `name` exists and satisfies `check`.
+    pub async fn wait_deployment(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Deployment) -> bool,
+    ) -> Deployment {
+        let api = self.deployments();
+        wait_for(&format!("Deployment {name}: {what}"), CONVERGE, || async {
+            match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                Some(d) if check(&d) => Ok(d),
+                Some(d) => Err(format!(
+                    "spec {:?} status {:?}",
+                    d.spec.map(|s| s.replicas),
+                    d.status
+                )),
+                None => Err("absent".to_string()),
+            }
+        })
+        .await
+    }
+
+    /// Waits until Deployment `name` is gone.
+    pub async fn wait_gone(&self, name: &str) {
+        let api = self.deployments();
+        wait_for(
+            &format!("Deployment {name} to be deleted"),
+            CONVERGE,
+            || async {
+                match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(d) => Err(format!(
+                        "still there (deletionTimestamp {:?})",
+                        d.metadata.deletion_timestamp
+                    )),
+                }
+            },
+        )
+        .await
+    }
+}
+
+/// Both owner kinds expose their status the same way.
+pub trait HasStatus {
+    fn owner_status(&self) -> Option<&OwnerStatus>;
+}
+
+impl HasStatus for Mutation {
+    fn owner_status(&self) -> Option<&OwnerStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl HasStatus for MutantDeployment {
+    fn owner_status(&self) -> Option<&OwnerStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// A base Deployment named `name` with one container that has env `BASE=1` and `MODE=base`.
+pub fn base(name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": name, "labels": { "team": "edge" } },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{
+                    "name": "app",
+                    "image": "registry.example/app:1",
+                    "env": [{ "name": "BASE", "value": "1" }, { "name": "MODE", "value": "base" }]
+                }] }
+            }
+        }
+    })
+}
+
+/// A Mutation manifest.
+pub fn mutation(name: &str, base: Value, variants: Value) -> Value {
+    json!({ "apiVersion": "neiam.org/v1", "kind": "Mutation", "metadata": { "name": name },
+            "spec": { "deployment": base, "variants": variants } })
+}
+
+/// A MutantDeployment manifest.
+pub fn mutant_deployment(name: &str, base: Value, mutations: Value) -> Value {
+    json!({ "apiVersion": "neiam.org/v1", "kind": "MutantDeployment", "metadata": { "name": name },
+            "spec": { "deployment": base, "mutations": mutations } })
+}
+
+/// The env of the first container of a Deployment, as (name, value) pairs.
+pub fn env_of(d: &Deployment) -> Vec<(String, String)> {
+    let spec = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .unwrap();
+    spec.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// Whether a Deployment's status says all `replicas` are ready and up to date.
+pub fn ready(d: &Deployment, replicas: i32) -> bool {
+    let status = d.status.clone().unwrap_or_default();
+    d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas)
+        && status.ready_replicas.unwrap_or(0) == replicas
+        && status.updated_replicas.unwrap_or(0) == replicas
+        && status.observed_generation >= d.metadata.generation
+}
+
+/// The states of a status's variants, by label.
+pub fn states(status: &OwnerStatus) -> Vec<(String, VariantState)> {
+    status
+        .variants
+        .iter()
+        .map(|v| (v.label.clone(), v.state))
+        .collect()
+}
+
+/// The controller ownerReference's (kind, name, uid) of an object.
+pub fn controller_of<K: ResourceExt>(obj: &K) -> Option<(String, String, String)> {
+    obj.owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| (r.kind.clone(), r.name.clone(), r.uid.clone()))
+}
+
+/// Reads a file under deploy/examples/ as JSON.
+pub fn example(file: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/examples")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+/// The kubectl to use: `$KUBECTL`, or `kubectl` on the PATH.
+pub fn kubectl(args: &[&str]) -> std::process::Output {
+    let program = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
+    std::process::Command::new(&program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"))
+}
+
+/// The audit log of the local control plane.
+pub fn audit_log() -> std::path::PathBuf {
+    match std::env::var_os("MUTANTOPS_AUDIT_LOG") {
+        Some(path) => path.into(),
+        None => panic!(
+            "this test reads the API server's audit log: run it through scripts/test, or set \
+             MUTANTOPS_AUDIT_LOG to the audit log of the cluster in KUBECONFIG"
+        ),
+    }
+}
+
+pub fn log_size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The operator's requests in `namespace` logged after `offset`, except watches, as
+/// "verb uri" lines.
+pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -> Vec<String> {
+    let mut file = std::fs::File::open(path).unwrap();
+    file.seek(SeekFrom::Start(offset)).unwrap();
+    let mut text = String::new();
+    file.read_to_string(&mut text).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("mutantops/")
+        })
+        .filter(|e| e["verb"] != "watch")
+        .filter(|e| {
+            e["requestURI"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("/namespaces/{namespace}/"))
+        })
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["verb"].as_str().unwrap_or(""),
+                e["requestURI"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
