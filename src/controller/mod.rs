@@ -7,6 +7,7 @@
 //! spec changes only (generation), so the operator's own status writes do not loop; a periodic
 //! resync is the backstop (R13).
 
+mod announce;
 mod reconcile;
 mod secret;
 
@@ -101,6 +102,8 @@ pub struct Context {
     pub secrets: Option<Store<Secret>>,
     /// Publishes Events on owners.
     pub recorder: Recorder,
+    /// Problems announced recently, so each is announced once.
+    pub announced: announce::Announced,
 }
 
 /// The caches of a running pair of controllers, for readers such as the HTTP API and metrics.
@@ -183,6 +186,7 @@ where
         client,
         deployments: deployment_store,
         secrets: secret_store,
+        announced: announce::Announced::default(),
     });
     let kind = K::KIND.kind();
     let run = controller

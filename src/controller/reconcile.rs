@@ -102,7 +102,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         conditions: vec![condition],
     };
 
-    announce_problems(&ctx, obj.as_ref(), &previous, &status).await;
+    announce_problems(&ctx, &owner, obj.as_ref(), &previous, &status).await;
     if status != previous {
         write_status::<K>(&ctx, &owner, &status).await?;
     }
@@ -289,36 +289,29 @@ async fn write_status<K: OwnerResource>(
     Ok(())
 }
 
-/// Events for variants that became Invalid or Conflict, and for a base that became invalid:
-/// once per change (compared with the last status), not once per resync (R26).
+/// Events for variants that became Invalid or Conflict, and for an object-level problem
+/// (invalid base, foreign Secret): once per change, not once per resync (R26).
 async fn announce_problems<K: OwnerResource>(
     ctx: &Context,
+    owner: &Owner,
     obj: &K,
     previous: &OwnerStatus,
     status: &OwnerStatus,
 ) {
-    if status.message.is_some() && status.message != previous.message {
-        let note = status.message.clone().unwrap_or_default();
-        publish(ctx, obj, EventType::Warning, "InvalidObject", note, None).await;
-    }
-    for v in &status.variants {
-        let reason = match v.state {
-            VariantState::Invalid => "VariantInvalid",
-            VariantState::Conflict => "VariantConflict",
-            VariantState::Progressing | VariantState::Ready => continue,
-        };
-        let before = previous.variants.iter().find(|p| p.label == v.label);
-        if before.is_some_and(|p| p.state == v.state && p.message == v.message) {
-            continue;
-        }
-        let note = format!(
-            "variant {}: {}",
-            v.label,
-            v.message.clone().unwrap_or_default()
-        );
-        let namespace = obj.namespace().unwrap_or_default();
-        let related = Some(deployment_ref(&namespace, &v.deployment));
-        publish(ctx, obj, EventType::Warning, reason, note, related).await;
+    for problem in ctx.announced.fresh(&owner.uid, previous, status) {
+        let related = problem
+            .deployment
+            .as_deref()
+            .map(|d| deployment_ref(&owner.namespace, d));
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            problem.reason,
+            problem.note,
+            related,
+        )
+        .await;
     }
 }
 

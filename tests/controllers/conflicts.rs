@@ -68,6 +68,10 @@ async fn foreign_deployments_and_repeated_labels_are_conflicts() {
     );
     assert!(message(3).contains("repeat"), "{}", message(3));
     assert_eq!(status.summary, "1/4 variants ready");
+    // R26: one VariantConflict Event per conflicting variant.
+    let found = events(&f, "VariantConflict", 3).await;
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found.iter().all(|(_, _, times)| *times == 1), "{found:?}");
 
     // Untouched: the API server's audit log has no write of the operator to either (only the
     // Deployment controller keeps updating their status), and their spec is as it was.

@@ -106,6 +106,23 @@ async fn nginx_mutant_example() {
         "the remaining variant is kept as it is"
     );
 
+    // R26: an Event for each Deployment created and for the one pruned, each published once.
+    let created = events(&f, "VariantCreated", 2).await;
+    let names: Vec<&str> = created.iter().map(|(name, _, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["nginx-deployment-canary", "nginx-deployment-experimental"]
+    );
+    let pruned = events(&f, "VariantPruned", 1).await;
+    assert_eq!(pruned.len(), 1);
+    assert_eq!(pruned[0].0, "nginx-deployment-experimental");
+    assert!(
+        created
+            .iter()
+            .chain(&pruned)
+            .all(|(_, _, times)| *times == 1)
+    );
+
     // R7: deleting the owner deletes every generated Deployment (garbage collection).
     f.mutant_deployments()
         .delete("nginx-mutant", &DeleteParams::foreground())
@@ -163,6 +180,14 @@ async fn browser_snap_example() {
         waited.status.success(),
         "kubectl wait: {}",
         String::from_utf8_lossy(&waited.stderr)
+    );
+
+    // R3: the CRD's field descriptions reach `kubectl explain`.
+    let explained = kubectl(&["explain", "mutation.spec.variants"]);
+    let text = String::from_utf8_lossy(&explained.stdout).to_string();
+    assert!(
+        text.contains("instances") && text.contains("HTTP API"),
+        "{text}"
     );
 
     let table = kubectl(&["-n", &f.ns.name, "get", "mutations"]);

@@ -302,3 +302,38 @@ pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -
         })
         .collect()
 }
+
+/// Waits until the namespace holds at least `count` Events with `reason`, and returns their
+/// (related object name, note, number of times published) triples, sorted. R26: an Event is
+/// published once per change, so that number must be 1.
+pub async fn events(f: &Fixture, reason: &str, count: usize) -> Vec<(String, String, i32)> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = f.ns.api();
+    wait_for(&format!("{count} {reason} Events"), CONVERGE, || async {
+        let list = api
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut found: Vec<(String, String, i32)> = list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| {
+                let related = e
+                    .related
+                    .as_ref()
+                    .and_then(|r| r.name.clone())
+                    .unwrap_or_default();
+                let times = e.series.as_ref().map_or(1, |s| s.count);
+                (related, e.note.clone().unwrap_or_default(), times)
+            })
+            .collect();
+        found.sort();
+        if found.len() >= count {
+            Ok(found)
+        } else {
+            Err(format!("{found:?}"))
+        }
+    })
+    .await
+}
