@@ -1,0 +1,410 @@
+//! The one hardened HTTP/1.1 server loop, shared by the HTTP API (port 8080) and the
+//! metrics/probe listener (port 9568), plus the small response and body helpers both use.
+//!
+//! No web framework: a handler is a plain `async` function from a request to a response; it
+//! never fails (an error becomes an error response, see [`error`]). The loop protects the
+//! process from misbehaving clients:
+//!
+//! - a client that sends its request head too slowly (slowloris), or keeps an idle keep-alive
+//!   connection open, is disconnected after [`ServerConfig::header_read_timeout`];
+//! - a request head larger than [`ServerConfig::max_header_bytes`] is answered with
+//!   `431 Request Header Fields Too Large` and the connection is closed;
+//! - [`read_body`] refuses bodies over [`ServerConfig::body_limit`] (413, before reading
+//!   anything when `Content-Length` already says so) and bodies that arrive too slowly (408);
+//! - a panicking handler answers 500 instead of dropping the connection;
+//! - a failing `accept` (for example `EMFILE`) is logged and retried, never ends the loop;
+//! - on shutdown the listener is closed first, then in-flight requests are drained for at
+//!   most [`ServerConfig::drain_timeout`].
+
+use std::{
+    convert::Infallible, future::Future, io, net::SocketAddr, panic::AssertUnwindSafe,
+    time::Duration,
+};
+
+use futures::FutureExt as _;
+use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::{Body as _, Bytes, Incoming},
+    header::{self, HeaderValue},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+};
+use serde::Serialize;
+use tokio::{net::TcpListener, task::JoinSet};
+use tracing::Instrument as _;
+
+use crate::{Result, shutdown::Shutdown};
+
+#[cfg(test)]
+mod tests;
+
+/// The response body type of every handler: the whole body in one buffer.
+pub type Body = Full<Bytes>;
+
+/// The smallest read buffer hyper accepts (`max_buf_size` panics below it).
+const MIN_MAX_BUF_SIZE: usize = 8192;
+
+/// How long the loop waits before accepting again after a failed `accept` (for example when
+/// the process ran out of file descriptors).
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// Limits and timeouts of one listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// How long a client may take to send a complete request head (request line and headers).
+    /// Also bounds how long an idle keep-alive connection stays open. Default 5 s.
+    pub header_read_timeout: Duration,
+    /// The largest request head accepted, in bytes; larger ones get 431. This is hyper's
+    /// read buffer size, so values below 8 KiB are raised to 8 KiB. Default 16 KiB.
+    pub max_header_bytes: usize,
+    /// The largest request body [`read_body`] accepts, in bytes. Default 1 MiB.
+    pub body_limit: usize,
+    /// How long [`read_body`] waits for the whole body. Default 10 s.
+    pub body_timeout: Duration,
+    /// How long shutdown waits for in-flight requests before closing their connections.
+    /// Default 10 s.
+    pub drain_timeout: Duration,
+    /// Whether connections are kept open for further requests. Default true.
+    pub keep_alive: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            header_read_timeout: Duration::from_secs(5),
+            max_header_bytes: 16 * 1024,
+            body_limit: 1024 * 1024,
+            body_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(10),
+            keep_alive: true,
+        }
+    }
+}
+
+/// The JSON error body: `{"error": "..."}`.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+}
+
+/// What [`json`] answers when the value cannot be serialised.
+const SERIALIZE_FAILED: &str =
+    r#"{"error":"internal error: the response could not be serialised"}"#;
+
+fn with_body(
+    status: StatusCode,
+    content_type: Option<&'static str>,
+    body: Bytes,
+) -> Response<Body> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    if let Some(content_type) = content_type {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    }
+    response
+}
+
+/// A JSON response (`Content-Type: application/json`). If `value` cannot be serialised the
+/// answer is a 500 with a fixed JSON error body instead.
+pub fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(body) => with_body(status, Some("application/json"), Bytes::from(body)),
+        Err(err) => {
+            tracing::error!(error = %err, "could not serialise a response");
+            with_body(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Some("application/json"),
+                Bytes::from_static(SERIALIZE_FAILED.as_bytes()),
+            )
+        }
+    }
+}
+
+/// An error response with the body `{"error": "<message>"}`.
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    let message = message.into();
+    json(status, &ErrorBody { error: &message })
+}
+
+/// 405 Method Not Allowed with an `Allow` header listing `allow` (comma-separated) and a JSON
+/// error body.
+pub fn method_not_allowed(allow: &[Method]) -> Response<Body> {
+    let allowed = allow
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut response = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method not allowed; allowed: {allowed}"),
+    );
+    // Method names are HTTP tokens, always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(&allowed) {
+        response.headers_mut().insert(header::ALLOW, value);
+    }
+    response
+}
+
+/// 404 Not Found with a JSON error body.
+pub fn not_found() -> Response<Body> {
+    error(StatusCode::NOT_FOUND, "not found")
+}
+
+/// 204 No Content with an empty body.
+pub fn no_content() -> Response<Body> {
+    with_body(StatusCode::NO_CONTENT, None, Bytes::new())
+}
+
+/// A text response with the given `Content-Type` (for example the OpenMetrics exposition).
+pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    with_body(status, Some(content_type), Bytes::from(body))
+}
+
+/// Why [`read_body`] gave no body.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The body (or its `Content-Length`) is larger than the limit, in bytes.
+    #[error("request body is larger than {}", human_size(*.limit))]
+    TooLarge {
+        /// The limit that was exceeded, in bytes.
+        limit: usize,
+    },
+    /// The body did not arrive completely within the body timeout.
+    #[error("request body was not received in time")]
+    Timeout,
+    /// The body could not be read (for example a malformed chunked encoding).
+    #[error("cannot read request body: {0}")]
+    Read(String),
+}
+
+impl BodyError {
+    /// The status code that answers this error: 413, 408 or 400.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Read(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The error response for this error, with a JSON error body.
+    pub fn response(&self) -> Response<Body> {
+        error(self.status(), self.to_string())
+    }
+}
+
+/// `1048576` → `1 MiB`, `16384` → `16 KiB`, `1000` → `1000 bytes`.
+fn human_size(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * KIB;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Reads a whole request body, at most [`ServerConfig::body_limit`] bytes within
+/// [`ServerConfig::body_timeout`].
+///
+/// A `Content-Length` over the limit is refused before anything is read (and before hyper
+/// sends `100 Continue`); a chunked body is refused as soon as it passes the limit.
+pub async fn read_body(body: Incoming, config: &ServerConfig) -> Result<Bytes, BodyError> {
+    let limit = config.body_limit;
+    // Hyper's size hint is exact when the request has a Content-Length.
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return Err(BodyError::TooLarge { limit });
+    }
+    match tokio::time::timeout(config.body_timeout, Limited::new(body, limit).collect()).await {
+        Err(_elapsed) => Err(BodyError::Timeout),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(BodyError::TooLarge { limit })
+        }
+        Ok(Err(err)) => Err(BodyError::Read(err.to_string())),
+    }
+}
+
+/// Binds a listener on `addr`; the error names the address.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|err| io::Error::new(err.kind(), format!("cannot listen on {addr}: {err}")).into())
+}
+
+/// Accept errors that concern only the one connection being accepted: skip it and go on.
+fn is_connection_error(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Turns a panic payload into something to log.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(message) = payload.downcast_ref::<&'static str>() {
+        message
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message
+    } else {
+        "(no message)"
+    }
+}
+
+/// Runs `handler` on one request; a panic (in the call or in its future) becomes a 500.
+///
+/// The release profile uses `panic = "abort"`, so this only matters in tests and debug builds.
+fn call_guarded<F, Fut>(
+    handler: &F,
+    request: Request<Incoming>,
+) -> impl Future<Output = Response<Body>> + Send + 'static + use<F, Fut>
+where
+    F: Fn(Request<Incoming>) -> Fut,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let called = std::panic::catch_unwind(AssertUnwindSafe(|| handler(request)));
+    async move {
+        let outcome = match called {
+            Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
+            Err(payload) => Err(payload),
+        };
+        outcome.unwrap_or_else(|payload| {
+            tracing::error!(panic = panic_message(&*payload), "request handler panicked");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+        })
+    }
+}
+
+/// Serves HTTP/1.1 on `listener` with `handler` until `shutdown` resolves, then stops
+/// accepting (the listener is closed at once) and drains in-flight requests for at most
+/// [`ServerConfig::drain_timeout`]; connections still open after that are closed.
+///
+/// `name` (for example `"api"` or `"metrics"`) labels the logs. Each connection runs in its
+/// own task inside a `conn` span with the server name and the peer address.
+pub async fn serve<F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: Shutdown,
+    handler: F,
+) -> Result<()>
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let local = listener.local_addr()?;
+
+    let max_buf_size = if config.max_header_bytes < MIN_MAX_BUF_SIZE {
+        tracing::warn!(
+            server = name,
+            max_header_bytes = config.max_header_bytes,
+            "max_header_bytes below hyper's minimum; using {MIN_MAX_BUF_SIZE}"
+        );
+        MIN_MAX_BUF_SIZE
+    } else {
+        config.max_header_bytes
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        .max_buf_size(max_buf_size)
+        .keep_alive(config.keep_alive);
+
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    let down = shutdown.wait();
+    tokio::pin!(down);
+
+    tracing::info!(server = name, addr = %local, "listening");
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut down => break,
+            // Reap finished connection tasks so the set does not grow.
+            Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                if let Err(err) = joined {
+                    tracing::error!(server = name, error = %err, "connection task failed");
+                }
+                continue;
+            }
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) if is_connection_error(&err) => {
+                tracing::debug!(server = name, error = %err, "accept: connection lost");
+                continue;
+            }
+            Err(err) => {
+                // EMFILE, ENFILE, ENOBUFS, ...: wait a little for resources to free up.
+                tracing::warn!(server = name, error = %err, "accept failed; retrying");
+                tokio::select! {
+                    biased;
+                    () = &mut down => break,
+                    () = tokio::time::sleep(ACCEPT_RETRY_DELAY) => continue,
+                }
+            }
+        };
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(server = name, peer = %peer, error = %err, "cannot set TCP_NODELAY");
+        }
+
+        let handler = handler.clone();
+        let service = service_fn(move |request| {
+            let response = call_guarded(&handler, request);
+            async move { Ok::<_, Infallible>(response.await) }
+        });
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let span = tracing::debug_span!("conn", server = name, peer = %peer);
+        connections.spawn(
+            async move {
+                tracing::debug!("accepted");
+                match connection.await {
+                    Ok(()) => tracing::debug!("closed"),
+                    Err(err) if err.is_timeout() => {
+                        tracing::debug!("closed: request head not received in time");
+                    }
+                    Err(err) => tracing::debug!(error = %err, "closed with an error"),
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    // Stop accepting first: new connections are refused from here on.
+    drop(listener);
+    let open = graceful.count();
+    tracing::info!(server = name, addr = %local, connections = open, "stopped accepting; draining");
+    let drained = tokio::time::timeout(config.drain_timeout, async {
+        graceful.shutdown().await;
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    match drained {
+        Ok(()) => tracing::info!(server = name, addr = %local, "stopped: all connections drained"),
+        Err(_elapsed) => {
+            while connections.try_join_next().is_some() {}
+            tracing::warn!(
+                server = name,
+                addr = %local,
+                still_open = connections.len(),
+                drain_timeout = ?config.drain_timeout,
+                "stopped: drain timed out; closing the remaining connections"
+            );
+            connections.shutdown().await;
+        }
+    }
+    Ok(())
+}

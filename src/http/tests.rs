@@ -1,0 +1,551 @@
+//! Tests of the server loop over real sockets on 127.0.0.1, speaking raw HTTP/1.x bytes so
+//! that malformed, slow and pipelined clients can be played exactly.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    sync::Arc,
+    time::Instant,
+};
+
+use hyper::body::Incoming;
+use serde::Serializer;
+use tokio::{net::TcpStream, sync::Notify, task::JoinHandle};
+
+use super::*;
+use crate::shutdown::{self, Trigger};
+
+/// A generous bound for anything that should happen "soon"; never reached when things work.
+const DEADLINE: Duration = Duration::from_secs(2);
+
+/// Short limits so the tests are quick.
+fn test_config() -> ServerConfig {
+    ServerConfig {
+        header_read_timeout: Duration::from_millis(300),
+        max_header_bytes: 8192,
+        body_limit: 1024,
+        body_timeout: Duration::from_millis(300),
+        drain_timeout: DEADLINE,
+        keep_alive: true,
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    trigger: Trigger,
+    task: JoinHandle<crate::Result<()>>,
+    /// Notified when `/slow` has started handling its request.
+    slow_started: Arc<Notify>,
+}
+
+/// The test routes: `GET /` (JSON), `GET /echo/<x>` (echoes the path), `POST /echo` (reads the
+/// body and answers its length), `GET /slow` (answers after 300 ms), `GET /panic`.
+async fn route(
+    request: Request<Incoming>,
+    config: ServerConfig,
+    slow: Arc<Notify>,
+) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    match (request.method(), path.as_str()) {
+        (&Method::GET, "/") => json(StatusCode::OK, &serde_json::json!({"ok": true})),
+        (&Method::GET, "/slow") => {
+            slow.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            json(StatusCode::OK, &serde_json::json!({"slow": true}))
+        }
+        (&Method::GET, "/panic") => panic!("handler panicked on purpose"),
+        (&Method::POST, "/echo") => match read_body(request.into_body(), &config).await {
+            Ok(body) => json(StatusCode::OK, &serde_json::json!({"len": body.len()})),
+            Err(err) => err.response(),
+        },
+        (&Method::GET, p) if p.starts_with("/echo/") => {
+            json(StatusCode::OK, &serde_json::json!({"path": p}))
+        }
+        (_, "/" | "/slow" | "/panic") => method_not_allowed(&[Method::GET]),
+        (_, "/echo") => method_not_allowed(&[Method::POST]),
+        _ => not_found(),
+    }
+}
+
+async fn start(config: ServerConfig) -> Server {
+    let listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (trigger, down) = shutdown::channel();
+    let slow_started = Arc::new(Notify::new());
+    let slow = slow_started.clone();
+    let task = tokio::spawn(serve("test", listener, config, down, move |request| {
+        route(request, config, slow.clone())
+    }));
+    Server {
+        addr,
+        trigger,
+        task,
+        slow_started,
+    }
+}
+
+// The crate's tokio has no `io-util` feature (no `AsyncReadExt`/`AsyncWriteExt`), so the raw
+// clients use the readiness API of `TcpStream` directly.
+
+/// Writes all of `bytes`.
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        stream.writable().await.unwrap();
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => panic!("write failed: {err}"),
+        }
+    }
+}
+
+/// Reads at most `buf.len()` bytes (at least one unless the peer closed).
+async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read(buf) {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            other => return other,
+        }
+    }
+}
+
+/// Reads until the server closes the connection (bounded by [`DEADLINE`]).
+async fn read_all(stream: &TcpStream) -> String {
+    let read = async {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match read_some(stream, &mut buf).await.expect("read failed") {
+                0 => return all,
+                n => all.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let all = tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("the server did not close the connection in time");
+    String::from_utf8_lossy(&all).into_owned()
+}
+
+/// Sends `request` on a new connection and reads until the server closes it.
+async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    write_all(&stream, request).await;
+    read_all(&stream).await
+}
+
+/// The status codes of every response in `raw`, in order.
+fn statuses(raw: &str) -> Vec<u16> {
+    raw.split("HTTP/1.")
+        .skip(1)
+        .filter_map(|rest| rest.get(2..5)?.parse().ok())
+        .collect()
+}
+
+/// The body of the last response in `raw` (after the last blank line).
+fn last_body(raw: &str) -> &str {
+    raw.rsplit("\r\n\r\n").next().unwrap_or_default()
+}
+
+fn header<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
+    raw.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+async fn body_string(response: Response<Body>) -> String {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn get_answers_json() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [200], "{raw}");
+    assert_eq!(header(&raw, "content-type"), Some("application/json"));
+    assert_eq!(last_body(&raw), r#"{"ok":true}"#);
+}
+
+#[tokio::test]
+async fn unknown_path_and_wrong_method() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"GET /nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [404], "{raw}");
+    assert_eq!(last_body(&raw), r#"{"error":"not found"}"#);
+
+    let raw = exchange(
+        server.addr,
+        b"DELETE / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [405], "{raw}");
+    assert_eq!(header(&raw, "allow"), Some("GET"));
+}
+
+#[tokio::test]
+async fn small_body_is_read() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [200], "{raw}");
+    assert_eq!(last_body(&raw), r#"{"len":5}"#);
+}
+
+#[tokio::test]
+async fn content_length_over_the_limit_is_413_before_reading() {
+    let server = start(test_config()).await;
+    // Only the head is sent: the server must answer without waiting for the body.
+    let raw = exchange(
+        server.addr,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [413], "{raw}");
+    assert_eq!(
+        last_body(&raw),
+        r#"{"error":"request body is larger than 1 KiB"}"#
+    );
+}
+
+#[tokio::test]
+async fn content_length_with_expect_continue_over_the_limit_gets_no_100() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [413], "{raw}");
+}
+
+#[tokio::test]
+async fn chunked_body_over_the_limit_is_413() {
+    let server = start(test_config()).await;
+    let chunk = "x".repeat(800);
+    // Two 800-byte chunks pass the 1 KiB limit; the whole request fits in one read of the
+    // server, so it is answered (not reset) even though the body is never read to its end.
+    let request = format!(
+        "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+         320\r\n{chunk}\r\n320\r\n{chunk}\r\n0\r\n\r\n"
+    );
+    let raw = exchange(server.addr, request.as_bytes()).await;
+    assert_eq!(statuses(&raw), [413], "{raw}");
+    assert_eq!(
+        last_body(&raw),
+        r#"{"error":"request body is larger than 1 KiB"}"#
+    );
+}
+
+#[tokio::test]
+async fn malformed_chunked_body_is_400() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [400], "{raw}");
+    assert!(
+        last_body(&raw).starts_with(r#"{"error":"cannot read request body"#),
+        "{raw}"
+    );
+}
+
+#[tokio::test]
+async fn slow_header_is_disconnected() {
+    let server = start(test_config()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let began = Instant::now();
+    // Half a head, then nothing: a slowloris client.
+    write_all(&stream, b"GET / HTTP/1.1\r\nHost: t\r\n").await;
+    let raw = read_all(&stream).await;
+    // Hyper closes the connection without an answer when the head does not arrive in time.
+    assert_eq!(raw, "");
+    assert!(
+        began.elapsed() >= Duration::from_millis(250),
+        "closed before the timeout"
+    );
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connection_is_closed() {
+    let server = start(test_config()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&stream, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    // The header read timeout also runs while waiting for the next request.
+    let raw = read_all(&stream).await;
+    assert_eq!(statuses(&raw), [200], "{raw}");
+}
+
+#[tokio::test]
+async fn slow_body_is_408() {
+    let server = start(test_config()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    write_all(
+        &stream,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789",
+    )
+    .await;
+    let raw = read_all(&stream).await;
+    assert_eq!(statuses(&raw), [408], "{raw}");
+    assert_eq!(
+        last_body(&raw),
+        r#"{"error":"request body was not received in time"}"#
+    );
+}
+
+#[tokio::test]
+async fn huge_header_is_431() {
+    let config = test_config();
+    let server = start(config).await;
+    // A head that fills hyper's whole read buffer without ending. Exactly that many bytes are
+    // sent, so the server has read everything when it closes and the answer is not lost to a
+    // TCP reset.
+    let mut head = b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: ".to_vec();
+    head.resize(config.max_header_bytes, b'a');
+    let raw = exchange(server.addr, &head).await;
+    assert_eq!(statuses(&raw), [431], "{raw}");
+}
+
+#[tokio::test]
+async fn header_under_the_limit_is_accepted() {
+    let server = start(test_config()).await;
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(6000)
+    );
+    let raw = exchange(server.addr, request.as_bytes()).await;
+    assert_eq!(statuses(&raw), [200], "{raw}");
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"GET /echo/a HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET /echo/b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [200, 200], "{raw}");
+    let a = raw.find(r#"{"path":"/echo/a"}"#).expect("first answer");
+    let b = raw.find(r#"{"path":"/echo/b"}"#).expect("second answer");
+    assert!(a < b, "{raw}");
+}
+
+#[tokio::test]
+async fn http_1_0_request_works() {
+    let server = start(test_config()).await;
+    // No Host, no keep-alive: the server answers and closes.
+    let raw = exchange(server.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert_eq!(statuses(&raw), [200], "{raw}");
+    assert_eq!(last_body(&raw), r#"{"ok":true}"#);
+}
+
+#[tokio::test]
+async fn panicking_handler_answers_500_and_keeps_the_connection() {
+    let server = start(test_config()).await;
+    let raw = exchange(
+        server.addr,
+        b"GET /panic HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&raw), [500, 200], "{raw}");
+    assert!(raw.contains(r#"{"error":"internal error"}"#), "{raw}");
+}
+
+#[tokio::test]
+async fn shutdown_drains_in_flight_requests_and_refuses_new_ones() {
+    let server = start(test_config()).await;
+    let in_flight = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&in_flight, b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    tokio::time::timeout(DEADLINE, server.slow_started.notified())
+        .await
+        .expect("the slow request did not start");
+
+    server.trigger.fire();
+
+    // The listener is closed first: new connections are refused. (A connect racing the
+    // close may still land in the backlog and then be reset, seen either as a success or
+    // as ECONNRESET; keep trying until refused.)
+    let refused = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match TcpStream::connect(server.addr).await {
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::ConnectionReset => {}
+                Err(err) => break err,
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("new connections were still accepted after shutdown");
+    assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+
+    // The request in flight still completes; its connection is then closed (no keep-alive
+    // during shutdown), so reading to the end terminates.
+    let raw = read_all(&in_flight).await;
+    assert_eq!(statuses(&raw), [200], "{raw}");
+    assert_eq!(last_body(&raw), r#"{"slow":true}"#);
+
+    let result = tokio::time::timeout(DEADLINE, server.task)
+        .await
+        .expect("serve did not return after draining")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn shutdown_closes_idle_connections_at_once() {
+    let mut config = test_config();
+    // Long enough that only the graceful shutdown can close the connection in time.
+    config.header_read_timeout = Duration::from_secs(30);
+    let server = start(config).await;
+    let idle = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&idle, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let mut first = [0u8; 12];
+    let n = read_some(&idle, &mut first).await.unwrap();
+    assert_eq!(&first[..n], &b"HTTP/1.1 200"[..n]);
+    assert!(n > 0);
+
+    server.trigger.fire();
+    read_all(&idle).await;
+    let result = tokio::time::timeout(DEADLINE, server.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn drain_timeout_bounds_shutdown() {
+    let mut config = test_config();
+    config.drain_timeout = Duration::from_millis(50);
+    let server = start(config).await;
+    let in_flight = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&in_flight, b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    tokio::time::timeout(DEADLINE, server.slow_started.notified())
+        .await
+        .expect("the slow request did not start");
+    server.trigger.fire();
+    let result = tokio::time::timeout(DEADLINE, server.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    // The slow handler needs 300 ms; serve gives up after the 50 ms drain timeout and closes
+    // the connection without an answer.
+    assert_eq!(read_all(&in_flight).await, "");
+}
+
+#[tokio::test]
+async fn bind_error_names_the_address() {
+    let taken = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = taken.local_addr().unwrap();
+    let err = bind(addr).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("cannot listen on {addr}")),
+        "{err}"
+    );
+    assert_eq!(err.metric_label(), "io");
+}
+
+#[tokio::test]
+async fn response_helpers() {
+    let response = method_not_allowed(&[Method::GET, Method::PUT]);
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(response.headers()[header::ALLOW], "GET, PUT");
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+    assert_eq!(
+        body_string(response).await,
+        r#"{"error":"method not allowed; allowed: GET, PUT"}"#
+    );
+
+    let response = error(StatusCode::BAD_REQUEST, "bad \"label\"");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(body_string(response).await, r#"{"error":"bad \"label\""}"#);
+
+    let response = no_content();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert!(response.headers().get(header::CONTENT_TYPE).is_none());
+    assert_eq!(body_string(response).await, "");
+
+    let response = text(
+        StatusCode::OK,
+        "text/plain; version=0.0.4",
+        "# EOF\n".into(),
+    );
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "text/plain; version=0.0.4"
+    );
+    assert_eq!(body_string(response).await, "# EOF\n");
+}
+
+#[tokio::test]
+async fn json_serialisation_failure_is_500() {
+    struct Unserialisable;
+    impl Serialize for Unserialisable {
+        fn serialize<S: Serializer>(&self, _: S) -> std::result::Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("no"))
+        }
+    }
+    let response = json(StatusCode::OK, &Unserialisable);
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = body_string(response).await;
+    let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(parsed["error"].is_string(), "{body}");
+}
+
+#[tokio::test]
+async fn body_errors_say_the_real_limit() {
+    let limit = ServerConfig::default().body_limit;
+    let response = BodyError::TooLarge { limit }.response();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        body_string(response).await,
+        r#"{"error":"request body is larger than 1 MiB"}"#
+    );
+    assert_eq!(
+        BodyError::Timeout.response().status(),
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert_eq!(
+        BodyError::Read("x".into()).response().status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    assert_eq!(human_size(16 * 1024), "16 KiB");
+    assert_eq!(human_size(1000), "1000 bytes");
+    assert_eq!(human_size(3 * 1024 * 1024), "3 MiB");
+    assert_eq!(human_size(1536 * 1024), "1536 KiB");
+}
+
+#[test]
+fn default_config() {
+    let config = ServerConfig::default();
+    assert_eq!(config.header_read_timeout, Duration::from_secs(5));
+    assert_eq!(config.max_header_bytes, 16 * 1024);
+    assert_eq!(config.body_limit, 1024 * 1024);
+    assert_eq!(config.body_timeout, Duration::from_secs(10));
+    assert_eq!(config.drain_timeout, Duration::from_secs(10));
+    assert!(config.keep_alive);
+}
