@@ -4,10 +4,12 @@
 //! else lives in the modules below so that unit and integration tests can reach it.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod http;
 pub mod logging;
 pub mod operator;
 pub mod shutdown;

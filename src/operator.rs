@@ -3,7 +3,16 @@
 
 use kube::Client;
 
-use crate::{Error, Result, config::Config, controller, shutdown};
+use std::sync::Arc;
+
+use crate::{
+    Error, Result,
+    api::{self, ApiState, auth::Auth},
+    config::Config,
+    controller,
+    http::{self, ServerConfig},
+    shutdown,
+};
 
 /// The user agent of every request the operator makes: visible in the API server's audit log
 /// and metrics, so the operator's own traffic can be told apart.
@@ -32,15 +41,48 @@ pub async fn run(config: Config) -> Result<()> {
         "connected to the Kubernetes API server"
     );
 
+    let api_listener = http::bind(config.api_addr).await?;
+    let auth = if config.api_insecure {
+        tracing::warn!(
+            "MUTANT_API_INSECURE=true: the HTTP API is served WITHOUT AUTHENTICATION; anyone who \
+             can reach it can create, change and delete Mutations. Use this for local development only."
+        );
+        Auth::Off
+    } else {
+        if config.api_token.is_none() {
+            tracing::info!(
+                "no MUTANT_API_TOKEN: listing, creating and deleting Mutations through the API is disabled"
+            );
+        }
+        Auth::Tokens(config.api_token.clone())
+    };
+
     let (trigger, stop) = shutdown::channel();
-    let controllers = tokio::spawn(controller::run(
+    let (caches, controllers) = controller::start(
+        client.clone(),
+        config.watch_namespace.as_deref(),
+        stop.clone(),
+    );
+    let controllers = tokio::spawn(controllers);
+    let state = Arc::new(ApiState {
         client,
-        config.watch_namespace.clone(),
-        stop,
-        |_caches| {},
-    ));
+        caches,
+        auth,
+        server: ServerConfig::default(),
+        edits: Default::default(),
+        namespace: config.watch_namespace.clone(),
+    });
+    let api = tokio::spawn(api::serve(state, api_listener, stop));
+
     shutdown::signal().await?;
     trigger.fire();
+    match api.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::error!(error = %crate::cli::error_chain(&err), "the HTTP API failed")
+        }
+        Err(err) => tracing::error!(error = %err, "the HTTP API stopped abnormally"),
+    }
     if let Err(err) = controllers.await {
         tracing::error!(error = %err, "the controllers stopped abnormally");
     }

@@ -9,9 +9,16 @@
 
 mod announce;
 mod reconcile;
-mod secret;
+pub mod secret;
 
-use std::{fmt::Debug, sync::Arc, time::Duration};
+use std::{
+    fmt::Debug,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use futures::{Future, StreamExt};
 use k8s_openapi::{
@@ -115,6 +122,28 @@ pub struct Caches {
     pub mutations: Store<Mutation>,
     /// The Mutations' own Secrets.
     pub secrets: Store<Secret>,
+    synced: Arc<AtomicBool>,
+}
+
+impl Caches {
+    /// Whether every cache has received its first full list.
+    pub fn ready(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Resolves once every cache has received its first full list (never, if a watch cannot
+    /// start: the caller decides how long to wait).
+    async fn mark_when_synced(self) {
+        let synced = futures::try_join!(
+            self.mutant_deployments.wait_until_ready(),
+            self.mutations.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+        );
+        if synced.is_ok() {
+            self.synced.store(true, Ordering::Release);
+            tracing::info!("caches synced");
+        }
+    }
 }
 
 /// Drops what the operator never reads from cached objects: `managedFields` and kubectl's
@@ -134,14 +163,15 @@ pub fn generated_selector(kind: OwnerKind) -> String {
 
 /// Builds the controller of kind `K`. `secrets` is given for Mutations only. Returns the
 /// owners' cache and the future that runs the controller until `shutdown` resolves.
-fn controller<K>(
+fn controller<K, S>(
     client: Client,
     namespace: Option<&str>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: S,
     secrets: Option<(Store<Secret>, reflector::store::Writer<Secret>)>,
-) -> (Store<K>, impl Future<Output = ()>)
+) -> (Store<K>, impl Future<Output = ()> + use<K, S>)
 where
     K: OwnerResource,
+    S: Future<Output = ()> + Send + Sync + 'static,
 {
     let selector = generated_selector(K::KIND);
     let owners: Api<K> = scoped(&client, namespace);
@@ -226,29 +256,31 @@ fn error_policy<K: OwnerResource>(obj: Arc<K>, err: &Error, _ctx: Arc<Context>) 
     Action::requeue(RETRY_AFTER)
 }
 
-/// Runs both controllers until `shutdown` resolves, over `namespace` or every namespace.
-/// `on_caches` receives the caches as soon as they exist (they fill while the controllers
-/// start).
-pub async fn run(
+/// Builds both controllers over `namespace` (or every namespace). Returns their caches, which
+/// fill once the returned future runs, and the future that runs them until `shutdown`
+/// resolves.
+pub fn start(
     client: Client,
-    namespace: Option<String>,
+    namespace: Option<&str>,
     shutdown: Shutdown,
-    on_caches: impl FnOnce(Caches),
-) {
-    let namespace = namespace.as_deref();
+) -> (Caches, impl Future<Output = ()> + use<>) {
     let (secret_store, secret_writer) = reflector::store();
     let (mutant_deployments, run_md) =
-        controller::<MutantDeployment>(client.clone(), namespace, shutdown.clone().wait(), None);
-    let (mutations, run_mutations) = controller::<Mutation>(
+        controller::<MutantDeployment, _>(client.clone(), namespace, shutdown.clone().wait(), None);
+    let (mutations, run_mutations) = controller::<Mutation, _>(
         client,
         namespace,
         shutdown.wait(),
         Some((secret_store.clone(), secret_writer)),
     );
-    on_caches(Caches {
+    let caches = Caches {
         mutant_deployments,
         mutations,
         secrets: secret_store,
-    });
-    futures::join!(run_md, run_mutations);
+        synced: Arc::new(AtomicBool::new(false)),
+    };
+    let synced = caches.clone().mark_when_synced();
+    (caches, async move {
+        futures::join!(run_md, run_mutations, synced);
+    })
 }

@@ -14,6 +14,8 @@
     reason = "a failed step must fail the test"
 )]
 
+pub mod http;
+
 use std::{fmt::Debug, future::Future, time::Duration};
 
 use k8s_openapi::api::core::v1::Namespace;

@@ -1,6 +1,7 @@
-//! Integration tests of the controllers against the real control plane: each test runs the
-//! real `mutantops` binary scoped to a namespace of its own and checks what it does to real
-//! Deployments, Secrets and statuses. Each test cites the rule (R#) it checks.
+//! Integration tests of the operator against the real control plane: each test runs the real
+//! `mutantops` binary scoped to a namespace of its own and checks what its controllers do to
+//! real Deployments, Secrets and statuses, and what its HTTP API answers to a real HTTP
+//! client. Each test cites the rule (R#) it checks.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,6 +11,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod api_argo;
+mod api_auth;
+mod api_concurrency;
+mod api_input;
+mod api_walkthrough;
 mod conflicts;
 mod examples;
 mod invalid;
@@ -31,6 +37,9 @@ use kube::{
 use mutantops::crd::{MutantDeployment, Mutation, OwnerStatus, VariantState};
 use serde_json::{Value, json};
 
+/// The admin token the API tests give the operator.
+pub const ADMIN: &str = "admin-token-for-tests-0123456789abcdef";
+
 /// How long convergence may take in these tests.
 pub const CONVERGE: Duration = Duration::from_secs(60);
 
@@ -42,10 +51,74 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn new(prefix: &str) -> Fixture {
+        Self::with_env(prefix, &[]).await
+    }
+
+    /// With extra environment variables for the operator.
+    pub async fn with_env(prefix: &str, env: &[(&str, &str)]) -> Fixture {
         let ns = TestNamespace::new(prefix).await;
         common::install_crds(&ns.client).await;
-        let operator = Operator::start(&ns.name);
+        let operator = Operator::start_with(&ns.name, env);
         Fixture { operator, ns }
+    }
+
+    /// With the HTTP API's admin token set to `ADMIN`, and waits until the API answers.
+    pub async fn with_api(prefix: &str) -> Fixture {
+        let f = Self::with_env(prefix, &[("MUTANT_API_TOKEN", ADMIN)]).await;
+        let port = f.operator.api_port;
+        let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
+        wait_for("the HTTP API to serve", CONVERGE, || async {
+            match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                Err(e) => Err(e.to_string()),
+                Ok(_) => {
+                    let reply = common::http::request(port, "GET", &path, Some(ADMIN), None).await;
+                    if reply.status == 200 {
+                        Ok(())
+                    } else {
+                        Err(format!("{reply:?}"))
+                    }
+                }
+            }
+        })
+        .await;
+        f
+    }
+
+    /// Sends an API request to this fixture's operator.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> common::http::Reply {
+        let body = body.map(|b| b.to_string());
+        let path = format!("/api/v1/namespaces/{}{path}", self.ns.name);
+        common::http::request(
+            self.operator.api_port,
+            method,
+            &path,
+            token,
+            body.as_deref(),
+        )
+        .await
+    }
+
+    /// The token of Mutation `name`, once the operator has made its Secret.
+    pub async fn token(&self, name: &str) -> String {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = self.ns.api();
+        let secret_name = format!("{name}-secret");
+        wait_for(&format!("Secret {secret_name}"), CONVERGE, || async {
+            match secrets
+                .get_opt(&secret_name)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                Some(s) => Ok(String::from_utf8(s.data.unwrap()["token"].0.clone()).unwrap()),
+                None => Err("absent".to_string()),
+            }
+        })
+        .await
     }
 
     pub fn deployments(&self) -> Api<Deployment> {

@@ -1,0 +1,273 @@
+//! The JSON the HTTP API reads and writes (R23, R24). Request types refuse unknown fields, so a
+//! typo is a 400 instead of a silently ignored setting.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use serde::{Deserialize, Serialize};
+
+use crate::crd::{Mutation, Variant, VariantStatus};
+
+/// Annotation that Argo CD puts on what it syncs.
+pub const ARGO_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
+/// Label that Argo CD (label tracking) puts on what it syncs.
+pub const ARGO_INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Annotation by which an Argo CD synced Mutation leaves its variants to the API.
+pub const RUNTIME_VARIANTS: &str = "mutantops.neiam.org/runtime-variants";
+
+/// `POST .../mutations`.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMutation {
+    /// The Mutation's name.
+    pub name: String,
+    /// The base Deployment.
+    pub deployment: serde_json::Value,
+    /// The first variants.
+    #[serde(default)]
+    pub variants: Vec<VariantRequest>,
+}
+
+/// `POST .../variants`, and each variant of a created Mutation.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct VariantRequest {
+    /// The variant's label.
+    pub label: String,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Replica count; 1 when left out, as in the CRD.
+    #[serde(default = "one")]
+    pub instances: i32,
+}
+
+fn one() -> i32 {
+    1
+}
+
+impl From<VariantRequest> for Variant {
+    fn from(r: VariantRequest) -> Self {
+        Variant {
+            label: r.label,
+            env: r.env,
+            instances: r.instances,
+        }
+    }
+}
+
+/// `PATCH .../variants/{label}`.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleRequest {
+    /// The new replica count.
+    pub instances: i32,
+}
+
+/// A variant as the API shows it.
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VariantView {
+    /// The variant's label.
+    pub label: String,
+    /// Its extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Its replica count.
+    pub instances: i32,
+    /// Whether the API may change it (false for an Argo CD synced Mutation without
+    /// runtime variants).
+    pub read_only: bool,
+    /// What the controller last reported for it; null until then.
+    pub status: Option<VariantStatus>,
+}
+
+/// A Mutation as the API shows it.
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MutationView {
+    /// metadata.name.
+    pub name: String,
+    /// metadata.namespace.
+    pub namespace: String,
+    /// The base Deployment.
+    pub deployment: serde_json::Value,
+    /// Its variants.
+    pub variants: Vec<VariantView>,
+    /// Name of its token's Secret; null until the controller has made it.
+    pub secret: Option<String>,
+    /// "N/M variants ready"; null until the controller has reported.
+    pub summary: Option<String>,
+    /// What is wrong with it, if anything.
+    pub message: Option<String>,
+    /// Whether its variants are read-only through the API.
+    pub read_only: bool,
+}
+
+/// Whether Argo CD syncs this Mutation (R16).
+pub fn argo_synced(m: &Mutation) -> bool {
+    m.annotations().contains_key(ARGO_TRACKING_ID) || m.labels().contains_key(ARGO_INSTANCE_LABEL)
+}
+
+/// Whether the API must not change this Mutation's variants (R17).
+pub fn read_only(m: &Mutation) -> bool {
+    argo_synced(m) && m.annotations().get(RUNTIME_VARIANTS).map(String::as_str) != Some("true")
+}
+
+/// The status the controller reported for the n-th variant (matched by position and label).
+fn variant_status(m: &Mutation, index: usize, label: &str) -> Option<VariantStatus> {
+    let reported = &m.status.as_ref()?.variants;
+    reported
+        .get(index)
+        .filter(|s| s.label == label)
+        .or_else(|| reported.iter().find(|s| s.label == label))
+        .cloned()
+}
+
+/// Renders the variant at `index`.
+pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView> {
+    let v = m.spec.variants.get(index)?;
+    Some(VariantView {
+        label: v.label.clone(),
+        env: v.env.clone(),
+        instances: v.instances,
+        read_only: read_only(m),
+        status: variant_status(m, index, &v.label),
+    })
+}
+
+/// Renders a Mutation.
+pub fn mutation_view(m: &Mutation) -> MutationView {
+    let status = m.status.as_ref();
+    MutationView {
+        name: m.name_any(),
+        namespace: m.namespace().unwrap_or_default(),
+        deployment: m.spec.deployment.clone(),
+        variants: (0..m.spec.variants.len())
+            .filter_map(|i| variant_view(m, i))
+            .collect(),
+        secret: status.and_then(|s| s.secret.clone()),
+        summary: status.map(|s| s.summary.clone()).filter(|s| !s.is_empty()),
+        message: status.and_then(|s| s.message.clone()),
+        read_only: read_only(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{MutationSpec, OwnerStatus, VariantState};
+    use serde_json::json;
+
+    fn mutation(annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Mutation {
+        let mut m = Mutation::new(
+            "web",
+            MutationSpec {
+                deployment: json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+                variants: vec![Variant {
+                    label: "beta".into(),
+                    env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),
+                    instances: 2,
+                }],
+            },
+        );
+        m.metadata.namespace = Some("default".into());
+        m.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        m.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        m
+    }
+
+    #[test]
+    fn argo_rules() {
+        // R16, R17
+        let plain = mutation(&[], &[]);
+        assert!(!argo_synced(&plain) && !read_only(&plain));
+        let tracked = mutation(
+            &[(ARGO_TRACKING_ID, "app:neiam.org/Mutation:default/web")],
+            &[],
+        );
+        assert!(argo_synced(&tracked) && read_only(&tracked));
+        let labelled = mutation(&[], &[(ARGO_INSTANCE_LABEL, "app")]);
+        assert!(argo_synced(&labelled) && read_only(&labelled));
+        let runtime = mutation(&[(ARGO_TRACKING_ID, "x"), (RUNTIME_VARIANTS, "true")], &[]);
+        assert!(argo_synced(&runtime) && !read_only(&runtime));
+        let not_true = mutation(&[(ARGO_TRACKING_ID, "x"), (RUNTIME_VARIANTS, "yes")], &[]);
+        assert!(read_only(&not_true));
+    }
+
+    #[test]
+    fn a_variant_renders_as_the_readme_shows() {
+        // R23
+        let mut m = mutation(&[], &[]);
+        assert_eq!(
+            serde_json::to_value(variant_view(&m, 0).unwrap()).unwrap(),
+            json!({"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2,
+                   "readOnly": false, "status": null})
+        );
+        m.status = Some(OwnerStatus {
+            variants: vec![VariantStatus {
+                label: "beta".into(),
+                state: VariantState::Ready,
+                message: None,
+                deployment: "web-beta".into(),
+                replicas: 2,
+                ready_replicas: 2,
+            }],
+            summary: "1/1 variants ready".into(),
+            secret: Some("web-secret".into()),
+            ..OwnerStatus::default()
+        });
+        assert_eq!(
+            serde_json::to_value(variant_view(&m, 0).unwrap()).unwrap()["status"],
+            json!({"label": "beta", "state": "Ready", "message": null, "deployment": "web-beta",
+                   "replicas": 2, "readyReplicas": 2})
+        );
+        let view = serde_json::to_value(mutation_view(&m)).unwrap();
+        let mut keys: Vec<&str> = view
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "deployment",
+                "message",
+                "name",
+                "namespace",
+                "readOnly",
+                "secret",
+                "summary",
+                "variants"
+            ]
+        );
+        assert_eq!(view["summary"], "1/1 variants ready");
+        assert_eq!(view["secret"], "web-secret");
+    }
+
+    #[test]
+    fn requests_refuse_unknown_fields_and_default_instances() {
+        // R24
+        let err = serde_json::from_str::<VariantRequest>(r#"{"label":"a","replicas":2}"#);
+        assert!(
+            err.unwrap_err()
+                .to_string()
+                .contains("unknown field `replicas`")
+        );
+        let ok: VariantRequest = serde_json::from_str(r#"{"label":"a"}"#).unwrap();
+        assert_eq!((ok.instances, ok.env.len()), (1, 0));
+        assert!(serde_json::from_str::<ScaleRequest>(r#"{"instances":"4"}"#).is_err());
+        assert!(serde_json::from_str::<ScaleRequest>(r#"{"instances":4,"env":{}}"#).is_err());
+    }
+}

@@ -1,0 +1,169 @@
+//! The Mutation routes: list (admin), create (admin), get, delete (admin).
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use hyper::StatusCode;
+use kube::runtime::reflector::ObjectRef;
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
+};
+
+use super::{
+    ApiError, ApiResult, ApiState,
+    auth::Caller,
+    cached_mutation, catch_up,
+    json::{CreateMutation, argo_synced, mutation_view},
+};
+use crate::{
+    crd::{Mutation, MutationSpec, Variant},
+    http,
+    variant::{Base, validate_label, validate_variant},
+};
+
+/// How long creating a Mutation waits for the controller to report its Secret.
+const SECRET_WAIT: Duration = Duration::from_secs(5);
+
+/// `GET /api/v1/namespaces/{ns}/mutations`: every Mutation of the namespace, by name.
+pub fn list(state: &ApiState, ns: &str) -> ApiResult {
+    let mut items: Vec<_> = state
+        .caches
+        .mutations
+        .state()
+        .iter()
+        .filter(|m| m.namespace().as_deref() == Some(ns))
+        .map(|m| mutation_view(m))
+        .collect();
+    items.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(http::json(StatusCode::OK, &items))
+}
+
+/// `GET /api/v1/namespaces/{ns}/mutations/{name}`.
+pub fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
+    let m = cached_mutation(state, caller, ns, name)?;
+    Ok(http::json(StatusCode::OK, &mutation_view(&m)))
+}
+
+/// Checks a list of variants as the controller will (R8), plus unique labels.
+pub fn check_variants(base_name: &str, variants: &[Variant]) -> Result<(), ApiError> {
+    let mut seen = BTreeSet::new();
+    for v in variants {
+        validate_variant(base_name, v)
+            .map_err(|e| ApiError::bad_request(format!("variant {:?}: {e}", v.label)))?;
+        if !seen.insert(v.label.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "variant {:?}: label given twice",
+                v.label
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants}`: 201, 400 when
+/// invalid, 409 when the name is taken.
+pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
+    validate_label(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
+    let base = Base::parse(&body.deployment).map_err(ApiError::bad_request)?;
+    let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
+    check_variants(base.name(), &variants)?;
+    let mutation = Mutation {
+        metadata: ObjectMeta {
+            name: Some(body.name.clone()),
+            namespace: Some(ns.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: MutationSpec {
+            deployment: body.deployment,
+            variants,
+        },
+        status: None,
+    };
+    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
+    let params = PostParams {
+        field_manager: Some("mutantops-api".into()),
+        ..PostParams::default()
+    };
+    let created = match api.create(&params, &mutation).await {
+        Ok(created) => created,
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Err(ApiError::conflict(format!(
+                "mutation {ns}/{} already exists",
+                body.name
+            )));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    catch_up(
+        state,
+        ns,
+        &body.name,
+        created.metadata.resource_version.as_deref(),
+    )
+    .await;
+    tracing::info!(namespace = ns, name = %body.name, "mutation created through the API");
+    // The controller makes the token's Secret right away; answering once it has, the client
+    // can read the token as soon as it has the answer (waiting a few seconds at most).
+    let reported = wait_for_secret(state, ns, &body.name).await;
+    let view = mutation_view(reported.as_deref().unwrap_or(&created));
+    Ok(http::json(StatusCode::CREATED, &view))
+}
+
+/// Waits (briefly) until the cached Mutation reports its Secret, and returns it.
+async fn wait_for_secret(state: &ApiState, ns: &str, name: &str) -> Option<Arc<Mutation>> {
+    let key = ObjectRef::new(name).within(ns);
+    let deadline = tokio::time::Instant::now() + SECRET_WAIT;
+    loop {
+        let cached = state.caches.mutations.get(&key);
+        let reported = cached
+            .as_ref()
+            .and_then(|m| m.status.as_ref())
+            .is_some_and(|s| s.secret.is_some());
+        if reported || tokio::time::Instant::now() >= deadline {
+            return cached.filter(|_| reported);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `DELETE /api/v1/namespaces/{ns}/mutations/{name}`: 204, 404 when absent, 409 when Argo CD
+/// syncs it (R16).
+pub async fn delete(state: &ApiState, ns: &str, name: &str) -> ApiResult {
+    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
+    let Some(current) = api.get_opt(name).await? else {
+        return Err(ApiError::not_found(format!(
+            "mutation {ns}/{name} not found"
+        )));
+    };
+    if argo_synced(&current) {
+        return Err(ApiError::conflict(format!(
+            "mutation {ns}/{name} is synced by Argo CD: delete it from git instead"
+        )));
+    }
+    // The uid precondition makes sure it is the object just checked, not a new one of that name.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: current.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            return Err(ApiError::not_found(format!(
+                "mutation {ns}/{name} not found"
+            )));
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Err(ApiError::conflict(format!(
+                "mutation {ns}/{name} changed meanwhile: {}",
+                status.message
+            )));
+        }
+        Err(err) => return Err(err.into()),
+    }
+    catch_up(state, ns, name, None).await;
+    tracing::info!(namespace = ns, name, "mutation deleted through the API");
+    Ok(http::no_content())
+}

@@ -1,0 +1,209 @@
+//! The variant routes: list, add, get, scale, remove. Edits are read-modify-write on the
+//! Mutation guarded by its resourceVersion, retried on a conflict with fresh data, so
+//! concurrent edits all land and none is lost (R22).
+
+use hyper::StatusCode;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+
+use super::{
+    ApiError, ApiResult, ApiState, MAX_ATTEMPTS,
+    auth::Caller,
+    cached_mutation, catch_up,
+    json::{ScaleRequest, VariantRequest, read_only, variant_view},
+    mutations::check_variants,
+};
+use crate::{
+    crd::{Mutation, Variant},
+    http,
+};
+
+/// `GET .../variants`.
+pub fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
+    let m = cached_mutation(state, caller, ns, name)?;
+    let items: Vec<_> = (0..m.spec.variants.len())
+        .filter_map(|i| variant_view(&m, i))
+        .collect();
+    Ok(http::json(StatusCode::OK, &items))
+}
+
+/// `GET .../variants/{label}`.
+pub fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str, label: &str) -> ApiResult {
+    let m = cached_mutation(state, caller, ns, name)?;
+    let index = position(&m, label).ok_or_else(|| absent(ns, name, label))?;
+    let view = variant_view(&m, index).ok_or_else(|| absent(ns, name, label))?;
+    Ok(http::json(StatusCode::OK, &view))
+}
+
+/// `POST .../variants` `{label, env, instances}`: 201, 400 when invalid, 409 when the label is
+/// taken or the Mutation is read-only.
+pub async fn add(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    body: VariantRequest,
+) -> ApiResult {
+    let cached = cached_mutation(state, caller, ns, name)?;
+    let variant = Variant::from(body);
+    check_variants(&base_name(&cached), std::slice::from_ref(&variant))?;
+    let label = variant.label.clone();
+    let updated = edit(state, ns, name, |m| {
+        if position(m, &variant.label).is_some() {
+            return Err(ApiError::conflict(format!(
+                "variant {label:?} already exists in mutation {ns}/{name}"
+            )));
+        }
+        let mut variants = m.spec.variants.clone();
+        variants.push(variant.clone());
+        Ok(variants)
+    })
+    .await?;
+    respond(&updated, &label, StatusCode::CREATED, ns, name)
+}
+
+/// `PATCH .../variants/{label}` `{instances}`: changes only the replica count, so the running
+/// pods are kept (R21).
+pub async fn scale(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    label: &str,
+    body: ScaleRequest,
+) -> ApiResult {
+    cached_mutation(state, caller, ns, name)?;
+    if body.instances < 0 {
+        return Err(ApiError::bad_request(format!(
+            "instances {}: must not be negative",
+            body.instances
+        )));
+    }
+    let updated = edit(state, ns, name, |m| {
+        let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
+        let mut variants = m.spec.variants.clone();
+        variants[index].instances = body.instances;
+        Ok(variants)
+    })
+    .await?;
+    respond(&updated, label, StatusCode::OK, ns, name)
+}
+
+/// `DELETE .../variants/{label}`: 204, 404 when absent.
+pub async fn remove(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    label: &str,
+) -> ApiResult {
+    cached_mutation(state, caller, ns, name)?;
+    edit(state, ns, name, |m| {
+        let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
+        let mut variants = m.spec.variants.clone();
+        variants.remove(index);
+        Ok(variants)
+    })
+    .await?;
+    Ok(http::no_content())
+}
+
+fn position(m: &Mutation, label: &str) -> Option<usize> {
+    m.spec.variants.iter().position(|v| v.label == label)
+}
+
+fn absent(ns: &str, name: &str, label: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "variant {label:?} not found in mutation {ns}/{name}"
+    ))
+}
+
+fn base_name(m: &Mutation) -> String {
+    m.spec
+        .deployment
+        .pointer("/metadata/name")
+        .and_then(|n| n.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn respond(m: &Mutation, label: &str, status: StatusCode, ns: &str, name: &str) -> ApiResult {
+    let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
+    let view = variant_view(m, index).ok_or_else(|| absent(ns, name, label))?;
+    Ok(http::json(status, &view))
+}
+
+/// Read-modify-write of a Mutation's variants: read it fresh from the API server, let `change`
+/// compute the new list (or refuse), and write it with the resourceVersion it was read at. A
+/// conflict means someone else wrote first: read again and retry, up to [`MAX_ATTEMPTS`]
+/// times, then 503. Never a blind overwrite.
+async fn edit<F>(state: &ApiState, ns: &str, name: &str, change: F) -> Result<Mutation, ApiError>
+where
+    F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError>,
+{
+    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
+    let _queued = state.edits.lock(ns, name).await;
+    for attempt in 1..=MAX_ATTEMPTS {
+        let Some(current) = api.get_opt(name).await? else {
+            return Err(ApiError::not_found(format!(
+                "mutation {ns}/{name} not found"
+            )));
+        };
+        if read_only(&current) {
+            return Err(ApiError::conflict(format!(
+                "mutation {ns}/{name} is synced by Argo CD without annotation \
+                 mutantops.neiam.org/runtime-variants: \"true\": its variants belong in git"
+            )));
+        }
+        let variants = change(&current)?;
+        let patch = json!({
+            "metadata": { "resourceVersion": current.metadata.resource_version },
+            "spec": { "variants": variants },
+        });
+        let params = PatchParams {
+            field_manager: Some("mutantops-api".into()),
+            ..PatchParams::default()
+        };
+        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+            Ok(updated) => {
+                if attempt > 1 {
+                    tracing::debug!(
+                        namespace = ns,
+                        name,
+                        attempt,
+                        "variant edit landed after conflicts"
+                    );
+                }
+                catch_up(
+                    state,
+                    ns,
+                    name,
+                    updated.metadata.resource_version.as_deref(),
+                )
+                .await;
+                return Ok(updated);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(
+                    namespace = ns,
+                    name,
+                    attempt,
+                    "resourceVersion conflict; retrying"
+                );
+                // Spread retries of many concurrent writers a little.
+                let pause = std::time::Duration::from_millis(2 * attempt as u64);
+                tokio::time::sleep(pause).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "mutation {ns}/{name} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again"
+        ),
+    ))
+}

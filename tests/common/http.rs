@@ -1,0 +1,98 @@
+//! A minimal HTTP/1.1 client over a raw TCP stream: one request per connection
+//! (`Connection: close`), enough to test the operator's API exactly as bytes go over the wire.
+
+use std::time::Duration;
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// A response: status code, headers (lower-case names) and body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends `method path` with an optional bearer token and JSON body to 127.0.0.1:`port`.
+pub async fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Reply {
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() || matches!(method, "POST" | "PATCH" | "PUT") {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    head.push_str("\r\n");
+    let mut raw = head.into_bytes();
+    raw.extend_from_slice(body.as_bytes());
+    send_raw(port, &raw).await
+}
+
+/// Sends raw bytes and parses the (first) response.
+pub async fn send_raw(port: u16, raw: &[u8]) -> Reply {
+    let text = exchange(port, raw).await;
+    parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
+}
+
+/// Sends raw bytes and returns everything the server sent until it closed the connection.
+pub async fn exchange(port: u16, raw: &[u8]) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(raw).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out))
+        .await
+        .expect("the server must answer and close within 30 s")
+        .unwrap();
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// Parses one response (head and a Content-Length body) off the front of `text`.
+pub fn parse(text: &str) -> Option<Reply> {
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(rest.len());
+    Some(Reply {
+        status,
+        headers,
+        body: rest.get(..length).unwrap_or(rest).to_string(),
+    })
+}

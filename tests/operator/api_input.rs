@@ -1,0 +1,216 @@
+//! R19, R24: bad input gets a clear JSON error with the right code and changes nothing.
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn bad_input_is_refused_and_changes_nothing() {
+    let f = Fixture::with_api("api-input").await;
+    let create = json!({"name": "web", "deployment": base("web"), "variants": [{"label": "a"}]});
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(
+        created.json()["variants"][0]["instances"],
+        1,
+        "instances defaults to 1"
+    );
+    let before = f.mutations().get("web").await.unwrap();
+    let port = f.operator.api_port;
+    let ns = f.ns.name.clone();
+    let path = |p: &str| format!("/api/v1/namespaces/{ns}{p}");
+    let raw = async |method: &str, p: &str, body: &str| {
+        let body = (!body.is_empty()).then_some(body);
+        common::http::request(port, method, &path(p), Some(ADMIN), body).await
+    };
+
+    // (method, path, body, expected status, a word the error must contain)
+    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
+        (
+            "POST",
+            "/mutations/web/variants",
+            "{not json".into(),
+            400,
+            "invalid request body",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label": 7}"#.into(),
+            400,
+            "invalid type",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"env": {}}"#.into(),
+            400,
+            "missing field `label`",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label":"b","replicas":2}"#.into(),
+            400,
+            "unknown field `replicas`",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label":"Bad_Label"}"#.into(),
+            400,
+            "DNS-1123",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label":"b","env":{"1BAD":"x"}}"#.into(),
+            400,
+            "1BAD",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label":"b","env":{"A":1}}"#.into(),
+            400,
+            "invalid type",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label":"b","instances":-1}"#.into(),
+            400,
+            "negative",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            r#"{"label":"a"}"#.into(),
+            409,
+            "already exists",
+        ),
+        (
+            "PATCH",
+            "/mutations/web/variants/a",
+            r#"{"instances":-2}"#.into(),
+            400,
+            "negative",
+        ),
+        (
+            "PATCH",
+            "/mutations/web/variants/a",
+            r#"{"instances":"4"}"#.into(),
+            400,
+            "invalid type",
+        ),
+        (
+            "PATCH",
+            "/mutations/web/variants/a",
+            r#"{"instances":4,"env":{}}"#.into(),
+            400,
+            "unknown field `env`",
+        ),
+        (
+            "PATCH",
+            "/mutations/web/variants/zz",
+            r#"{"instances":4}"#.into(),
+            404,
+            "not found",
+        ),
+        (
+            "POST",
+            "/mutations",
+            r#"{"name":"web","deployment":{}}"#.into(),
+            400,
+            "deployment",
+        ),
+        (
+            "POST",
+            "/mutations",
+            json!({"name": "Web!", "deployment": base("x")}).to_string(),
+            400,
+            "name",
+        ),
+        (
+            "POST",
+            "/mutations",
+            json!({"name": "web", "deployment": base("web")}).to_string(),
+            409,
+            "already exists",
+        ),
+        (
+            "POST",
+            "/mutations/web/variants",
+            format!(r#"{{"label":"b","env":{{"X":"{}"}}}}"#, "x".repeat(2 << 20)),
+            413,
+            "larger than",
+        ),
+        (
+            "GET",
+            "/mutations/Bad_Name",
+            String::new(),
+            400,
+            "mutation name",
+        ),
+        (
+            "GET",
+            "/mutations/web/variants/-x",
+            String::new(),
+            400,
+            "variant label",
+        ),
+        ("GET", "/deployments", String::new(), 404, "not found"),
+        ("PUT", "/mutations/web", "{}".into(), 405, "not allowed"),
+    ];
+    for (method, p, body, status, word) in &cases {
+        let reply = raw(method, p, body).await;
+        assert_eq!(
+            reply.status, *status,
+            "{method} {p} {:.80}: {reply:?}",
+            body
+        );
+        let error = reply.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            error.contains(word),
+            "{method} {p}: error {error:?} should mention {word:?}"
+        );
+        assert_eq!(reply.header("content-type"), Some("application/json"));
+    }
+    let reply = raw("PUT", "/mutations/web", "{}").await;
+    assert_eq!(reply.header("allow"), Some("GET, DELETE"));
+    let bad_ns = common::http::request(
+        port,
+        "GET",
+        "/api/v1/namespaces/NOT_A_NS/mutations",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(bad_ns.status, 400);
+
+    // Nothing changed.
+    let after = f.mutations().get("web").await.unwrap();
+    assert_eq!(after.spec, before.spec);
+    assert_eq!(after.metadata.generation, before.metadata.generation);
+
+    // A client that sends its headers too slowly is disconnected.
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    slow.write_all(b"GET /api/v1/namespaces/x/mutations HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut buf)).await;
+    assert!(
+        closed.is_ok(),
+        "a stalled request head must be cut off by the server"
+    );
+}

@@ -1,0 +1,137 @@
+//! The README's curl walk-through, run as written, and PATCH keeping the running pods.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::{apps::v1::ReplicaSet, core::v1::Pod};
+use kube::api::ListParams;
+use serde_json::json;
+
+use super::*;
+
+/// The shell block between the README's walk-through markers.
+fn readme_walkthrough() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("<!-- api-walkthrough -->")
+        .expect("README has the walk-through marker");
+    let block = &readme[start..];
+    let code = block
+        .split("```sh\n")
+        .nth(1)
+        .expect("a sh block after the marker");
+    code.split("\n```").next().unwrap().to_string()
+}
+
+/// R19–R23: the README's walk-through (create web with the admin token; add beta with web's
+/// own token; PATCH to 4; DELETE; list) works as written, with real curl, jq and kubectl.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn the_readme_walkthrough_works_as_written() {
+    let f = Fixture::with_api("api-readme").await;
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let kubectl_dir = std::path::Path::new(&kubectl)
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let path = format!(
+        "{kubectl_dir}:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &readme_walkthrough()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("API", format!("http://127.0.0.1:{}", f.operator.api_port))
+        .env("NAMESPACE", &f.ns.name)
+        .env("TOKEN", ADMIN)
+        .env("PATH", path)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the walk-through failed:\n{stdout}\n{stderr}"
+    );
+
+    // Every curl printed one JSON document (DELETE prints nothing): create, add, patch, two lists.
+    let docs: Vec<Value> = serde_json::Deserializer::from_str(&stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("output is not JSON documents ({e}):\n{stdout}"));
+    assert_eq!(docs.len(), 5, "{stdout}");
+    assert_eq!(docs[0]["name"], "web");
+    assert_eq!(docs[0]["secret"], "web-secret");
+    assert_eq!(
+        docs[1],
+        json!({"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2,
+                               "readOnly": false, "status": null})
+    );
+    assert_eq!(docs[2]["instances"], 4);
+    assert_eq!(docs[3], json!([]), "beta was deleted");
+    assert_eq!(docs[4].as_array().unwrap().len(), 1);
+    assert_eq!(docs[4][0]["name"], "web");
+    f.wait_gone("web-beta").await;
+}
+
+/// R21: PATCH {instances} changes only the replica count: same ReplicaSet, same pods.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn patch_scales_in_place() {
+    let f = Fixture::with_api("api-scale").await;
+    let create = json!({"name": "web", "deployment": base("web"), "variants": [
+        {"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2}]});
+    let reply = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+    f.wait_deployment("web-beta", "2 ready", |d| ready(d, 2))
+        .await;
+    let pods: Api<Pod> = f.ns.api();
+    let selector = ListParams::default().labels("mutantops.neiam.org/variant=beta");
+    let uids = |list: Vec<Pod>| {
+        list.iter()
+            .map(|p| p.uid().unwrap())
+            .collect::<BTreeSet<_>>()
+    };
+    let before = uids(pods.list(&selector).await.unwrap().items);
+    let sets_before = common::names(
+        &f.ns
+            .api::<ReplicaSet>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items,
+    );
+
+    let token = f.token("web").await;
+    let reply = f
+        .call(
+            "PATCH",
+            "/mutations/web/variants/beta",
+            Some(&token),
+            Some(&json!({"instances": 4})),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json()["instances"], 4);
+    f.wait_deployment("web-beta", "4 ready", |d| ready(d, 4))
+        .await;
+
+    let after = uids(pods.list(&selector).await.unwrap().items);
+    assert_eq!(after.len(), 4);
+    assert!(
+        before.is_subset(&after),
+        "the running pods are kept: {before:?} {after:?}"
+    );
+    let sets_after = common::names(
+        &f.ns
+            .api::<ReplicaSet>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items,
+    );
+    assert_eq!(sets_before, sets_after, "no new ReplicaSet");
+}
