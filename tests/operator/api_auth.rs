@@ -181,3 +181,33 @@ async fn a_foreign_secret_token_is_refused() {
         .await;
     assert_eq!(reply.status, 401);
 }
+
+/// R20: MUTANT_API_INSECURE=true serves without auth and says so loudly at start.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn insecure_mode_serves_without_auth_and_warns() {
+    let f = Fixture::with_env("api-insecure", &[("MUTANT_API_INSECURE", "true")]).await;
+    let port = f.operator.api_port;
+    let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
+    let reply = wait_for("the API to answer without a token", CONVERGE, || async {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            return Err("not listening".to_string());
+        }
+        let reply = common::http::request(port, "GET", &path, None, None).await;
+        if reply.status == 200 {
+            Ok(reply)
+        } else {
+            Err(format!("{reply:?}"))
+        }
+    })
+    .await;
+    assert_eq!(reply.json(), json!([]));
+    let log = f.operator.log_text();
+    assert!(
+        log.contains("WARN") && log.contains("WITHOUT AUTHENTICATION"),
+        "{log}"
+    );
+}
