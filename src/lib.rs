@@ -4,6 +4,7 @@
 //! else lives in the modules below so that unit and integration tests can reach it.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod controller;
 pub mod crd;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod operator;
 pub mod shutdown;
 pub mod variant;
@@ -48,15 +50,19 @@ pub enum Error {
 }
 
 impl Error {
-    /// A short, bounded label suitable for a metric label value.
+    /// The bounded label of `mutant_operator_reconcile_errors_total`: `api` when the API
+    /// server answered with an error, `invalid` when an object lacks what it must have, and
+    /// `client` for everything on this side (connection, TLS, decoding, local I/O).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Config(_) | Error::KubeConfig(_) => "config",
-            Error::Kube(_) => "api",
-            Error::Io(_) => "io",
-            Error::Serialize(_) => "serialize",
-            Error::Random(_) => "random",
+            Error::Kube(kube::Error::Api(_)) => "api",
             Error::MissingField(..) => "invalid",
+            Error::Kube(_)
+            | Error::Config(_)
+            | Error::KubeConfig(_)
+            | Error::Io(_)
+            | Error::Serialize(_)
+            | Error::Random(_) => "client",
         }
     }
 }

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use crate::{
     Error, Result,
+    admin::{self, AdminState},
     api::{self, ApiState, auth::Auth},
     config::Config,
     controller,
     http::{self, ServerConfig},
+    metrics::Metrics,
     shutdown,
 };
 
@@ -42,6 +44,7 @@ pub async fn run(config: Config) -> Result<()> {
     );
 
     let api_listener = http::bind(config.api_addr).await?;
+    let metrics_listener = http::bind(config.metrics_addr).await?;
     let auth = if config.api_insecure {
         tracing::warn!(
             "MUTANT_API_INSECURE=true: the HTTP API is served WITHOUT AUTHENTICATION; anyone who \
@@ -58,11 +61,19 @@ pub async fn run(config: Config) -> Result<()> {
     };
 
     let (trigger, stop) = shutdown::channel();
+    let metrics = Arc::new(Metrics::new());
     let (caches, controllers) = controller::start(
         client.clone(),
         config.watch_namespace.as_deref(),
+        metrics.clone(),
         stop.clone(),
     );
+    metrics.set_caches(caches.clone());
+    let admin_state = Arc::new(AdminState {
+        metrics,
+        caches: caches.clone(),
+    });
+    let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
     let controllers = tokio::spawn(controllers);
     let state = Arc::new(ApiState {
         client,
@@ -82,6 +93,13 @@ pub async fn run(config: Config) -> Result<()> {
             tracing::error!(error = %crate::cli::error_chain(&err), "the HTTP API failed")
         }
         Err(err) => tracing::error!(error = %err, "the HTTP API stopped abnormally"),
+    }
+    match admin_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::error!(error = %crate::cli::error_chain(&err), "the metrics listener failed")
+        }
+        Err(err) => tracing::error!(error = %err, "the metrics listener stopped abnormally"),
     }
     if let Err(err) = controllers.await {
         tracing::error!(error = %err, "the controllers stopped abnormally");

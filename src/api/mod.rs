@@ -279,7 +279,12 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
     let path = req.uri().path().to_string();
     let result = dispatch(&state, req).await;
     let response = result.unwrap_or_else(ApiError::response);
-    tracing::debug!(%method, %path, status = response.status().as_u16(), "api request");
+    let status = response.status().as_u16();
+    if response.status().is_server_error() {
+        tracing::warn!(%method, %path, status, "api request failed");
+    } else {
+        tracing::debug!(%method, %path, status, "api request");
+    }
     response
 }
 

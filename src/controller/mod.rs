@@ -41,6 +41,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use crate::{
     Error,
     crd::{MutantDeployment, Mutation, OwnerStatus, Variant},
+    metrics::Metrics,
     shutdown::Shutdown,
     variant::{KIND_LABEL, OwnerKind},
 };
@@ -111,6 +112,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Problems announced recently, so each is announced once.
     pub announced: announce::Announced,
+    /// Reconcile counters and timings.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The caches of a running pair of controllers, for readers such as the HTTP API and metrics.
@@ -131,6 +134,30 @@ impl Caches {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// Caches with nothing behind them yet, and the writers that fill them, for tests of
+    /// what reads caches.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> (Caches, CacheWriters) {
+        let (mutant_deployments, md) = reflector::store();
+        let (mutations, m) = reflector::store();
+        let (secrets, s) = reflector::store();
+        let caches = Caches {
+            mutant_deployments,
+            mutations,
+            secrets,
+            synced: Arc::new(AtomicBool::new(false)),
+        };
+        (
+            caches.clone(),
+            CacheWriters {
+                caches,
+                mutant_deployments: md,
+                mutations: m,
+                secrets: s,
+            },
+        )
+    }
+
     /// Resolves once every cache has received its first full list (never, if a watch cannot
     /// start: the caller decides how long to wait).
     async fn mark_when_synced(self) {
@@ -143,6 +170,29 @@ impl Caches {
             self.synced.store(true, Ordering::Release);
             tracing::info!("caches synced");
         }
+    }
+}
+
+/// The writers behind [`Caches::for_tests`].
+#[cfg(test)]
+pub(crate) struct CacheWriters {
+    caches: Caches,
+    pub mutant_deployments: reflector::store::Writer<MutantDeployment>,
+    pub mutations: reflector::store::Writer<Mutation>,
+    pub secrets: reflector::store::Writer<Secret>,
+}
+
+#[cfg(test)]
+impl CacheWriters {
+    /// Delivers the end of the first full list to every cache, and waits until the caches
+    /// count as synced.
+    pub async fn sync(&mut self) {
+        self.mutant_deployments
+            .apply_watcher_event(&watcher::Event::InitDone);
+        self.mutations
+            .apply_watcher_event(&watcher::Event::InitDone);
+        self.secrets.apply_watcher_event(&watcher::Event::InitDone);
+        self.caches.clone().mark_when_synced().await;
     }
 }
 
@@ -166,6 +216,7 @@ pub fn generated_selector(kind: OwnerKind) -> String {
 fn controller<K, S>(
     client: Client,
     namespace: Option<&str>,
+    metrics: Arc<Metrics>,
     shutdown: S,
     secrets: Option<(Store<Secret>, reflector::store::Writer<Secret>)>,
 ) -> (Store<K>, impl Future<Output = ()> + use<K, S>)
@@ -217,16 +268,28 @@ where
         deployments: deployment_store,
         secrets: secret_store,
         announced: announce::Announced::default(),
+        metrics: metrics.clone(),
     });
     let kind = K::KIND.kind();
     let run = controller
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::<K>, error_policy::<K>, context)
-        .for_each(move |result| async move {
-            match result {
-                Ok((obj, _)) => tracing::debug!(kind, object = %obj, "reconciled"),
-                Err(err) => {
-                    tracing::warn!(kind, error = %crate::cli::error_chain(&err), "controller error")
+        .run(timed_reconcile::<K>, error_policy::<K>, context)
+        .for_each(move |result| {
+            let metrics = metrics.clone();
+            async move {
+                match result {
+                    Ok((obj, _)) => tracing::debug!(kind, object = %obj, "reconciled"),
+                    // Counted, with its cause, by timed_reconcile.
+                    Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                    Err(err) => {
+                        let label = match &err {
+                            kube::runtime::controller::Error::ObjectNotFound(_) => "object_not_found",
+                            kube::runtime::controller::Error::QueueError(_) => "queue",
+                            _ => "runner",
+                        };
+                        metrics.controller_error(K::KIND, label);
+                        tracing::warn!(kind, error = %crate::cli::error_chain(&err), "controller error");
+                    }
                 }
             }
         });
@@ -242,6 +305,18 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
+}
+
+/// [`reconcile`], timed and counted in the metrics.
+async fn timed_reconcile<K: OwnerResource>(
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile(obj, ctx.clone()).await;
+    let error = result.as_ref().err().map(Error::metric_label);
+    ctx.metrics.reconciled(K::KIND, started.elapsed(), error);
+    result
 }
 
 /// A failed reconcile is logged and retried after [`RETRY_AFTER`].
@@ -262,14 +337,21 @@ fn error_policy<K: OwnerResource>(obj: Arc<K>, err: &Error, _ctx: Arc<Context>) 
 pub fn start(
     client: Client,
     namespace: Option<&str>,
+    metrics: Arc<Metrics>,
     shutdown: Shutdown,
 ) -> (Caches, impl Future<Output = ()> + use<>) {
     let (secret_store, secret_writer) = reflector::store();
-    let (mutant_deployments, run_md) =
-        controller::<MutantDeployment, _>(client.clone(), namespace, shutdown.clone().wait(), None);
+    let (mutant_deployments, run_md) = controller::<MutantDeployment, _>(
+        client.clone(),
+        namespace,
+        metrics.clone(),
+        shutdown.clone().wait(),
+        None,
+    );
     let (mutations, run_mutations) = controller::<Mutation, _>(
         client,
         namespace,
+        metrics,
         shutdown.wait(),
         Some((secret_store.clone(), secret_writer)),
     );

@@ -465,7 +465,7 @@ async fn bind_error_names_the_address() {
             .contains(&format!("cannot listen on {addr}")),
         "{err}"
     );
-    assert_eq!(err.metric_label(), "io");
+    assert_eq!(err.metric_label(), "client");
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ mod conflicts;
 mod examples;
 mod invalid;
 mod lifecycle;
+mod metrics;
 mod secret;
 mod steady;
 

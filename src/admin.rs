@@ -1,0 +1,135 @@
+//! The metrics and probe listener (`MUTANT_METRICS_ADDR`, default `0.0.0.0:9568`), which the
+//! API's Service does not name: `/metrics` (OpenMetrics text, or Prometheus text 0.0.4 for a
+//! client that asks only for `text/plain`), `/healthz` (the process
+//! answers) and `/readyz` (the caches are synced). Served by the same hardened loop as the API.
+
+use std::sync::Arc;
+
+use hyper::{Method, Request, Response, StatusCode, body::Incoming};
+
+use crate::{
+    controller::Caches,
+    http::{self, Body, ServerConfig},
+    metrics::Metrics,
+    shutdown::Shutdown,
+};
+
+/// What the listener reads.
+pub struct AdminState {
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The caches whose sync `/readyz` reports.
+    pub caches: Caches,
+}
+
+/// Serves one request of the metrics listener.
+pub fn handle(
+    state: &AdminState,
+    method: &Method,
+    path: &str,
+    accept: Option<&str>,
+) -> Response<Body> {
+    let allowed: &[Method] = &[Method::GET, Method::HEAD];
+    match path {
+        "/metrics" | "/healthz" | "/readyz" if !allowed.contains(method) => {
+            http::method_not_allowed(allowed)
+        }
+        "/metrics" => {
+            let (content_type, body) = state.metrics.encode_for(accept);
+            http::text(StatusCode::OK, content_type, body)
+        }
+        "/healthz" => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+        "/readyz" if state.caches.ready() => {
+            http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into())
+        }
+        "/readyz" => http::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            "not ready: caches not synced\n".into(),
+        ),
+        _ => http::not_found(),
+    }
+}
+
+/// Serves the metrics listener until `shutdown`.
+pub async fn serve(
+    state: Arc<AdminState>,
+    listener: tokio::net::TcpListener,
+    shutdown: Shutdown,
+) -> crate::Result<()> {
+    http::serve(
+        "metrics",
+        listener,
+        ServerConfig::default(),
+        shutdown,
+        move |req: Request<Incoming>| {
+            let state = state.clone();
+            async move {
+                let accept = req
+                    .headers()
+                    .get(hyper::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                handle(&state, req.method(), req.uri().path(), accept)
+            }
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(state: &AdminState, path: &str) -> (StatusCode, String) {
+        let response = handle(state, &Method::GET, path, None);
+        let status = response.status();
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&bytes).to_string())
+    }
+
+    #[tokio::test]
+    async fn readyz_is_503_until_the_caches_sync() {
+        // R26
+        let (caches, mut writers) = Caches::for_tests();
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_caches(caches.clone());
+        let state = AdminState { metrics, caches };
+        assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(&state, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        writers.sync().await;
+        assert_eq!(
+            get(&state, "/readyz").await,
+            (StatusCode::OK, "ok\n".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_negotiates_its_format_and_refuses_other_methods() {
+        let (caches, _writers) = Caches::for_tests();
+        let state = AdminState {
+            metrics: Arc::new(Metrics::new()),
+            caches,
+        };
+        let open = handle(&state, &Method::GET, "/metrics", None);
+        assert_eq!(open.headers()["content-type"], crate::metrics::CONTENT_TYPE);
+        let text = handle(&state, &Method::GET, "/metrics", Some("text/plain"));
+        assert_eq!(
+            text.headers()["content-type"],
+            crate::metrics::TEXT_CONTENT_TYPE
+        );
+        assert_eq!(
+            handle(&state, &Method::POST, "/metrics", None).status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            get(&state, "/api/v1/namespaces/x/mutations").await.0,
+            StatusCode::NOT_FOUND
+        );
+    }
+}

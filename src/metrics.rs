@@ -1,0 +1,466 @@
+//! Prometheus metrics (R25), served as OpenMetrics text on the metrics listener.
+//!
+//! The families are those of the readme's "Metrics" table, with the same names, types and
+//! labels:
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `mutant_operator_reconciliations_total` | counter | `kind`, `outcome` (`ok`/`error`) |
+//! | `mutant_operator_reconcile_duration_seconds` | histogram | `kind`, `outcome` |
+//! | `mutant_operator_reconcile_errors_total` | counter | `kind`, `error` (`invalid`/`api`/`client`) |
+//! | `mutant_operator_controller_errors_total` | counter | `kind`, `error` (`queue`/`object_not_found`/`runner`) |
+//! | `mutant_operator_managed_objects` | gauge | `kind` |
+//! | `mutant_operator_variants` | gauge | `kind` |
+//! | `mutant_operator_mutation_variants` | gauge | `state` |
+//! | `mutant_operator_build_info` | gauge | `version` |
+//!
+//! plus, beyond the table, `mutant_operator_leader` (gauge, 1 while this replica leads; always
+//! 1 until leader election exists, since a single replica always leads) and the standard
+//! `process_*` series, read from `/proc` at each scrape (Linux only; a value that cannot be
+//! read is left out): `process_cpu_seconds_total` (utime + stime of `/proc/self/stat` at a
+//! fixed `USER_HZ` of 100, the crate having no `libc` for `sysconf`),
+//! `process_resident_memory_bytes` and `process_virtual_memory_bytes` (`VmRSS`, `VmSize` of
+//! `/proc/self/status`), `process_open_fds` (entries of `/proc/self/fd`), `process_max_fds`
+//! (soft "Max open files" of `/proc/self/limits`) and `process_start_time_seconds` (`btime`
+//! of `/proc/stat` plus the process's `starttime` ticks, read once at start).
+//!
+//! [`Metrics::encode`] gives OpenMetrics text (what Prometheus asks for);
+//! [`Metrics::encode_text`] the same series in Prometheus text 0.0.4, which
+//! `promtool check metrics` (2.x) parses without complaint; [`Metrics::encode_for`] picks by
+//! the request's `Accept` header.
+//!
+//! Every known label combination of the counters and the histogram is created at start, so
+//! each series exists at 0 before anything happens. The three cache gauges are computed at
+//! scrape time from the controllers' caches ([`Metrics::set_caches`]); `kind` is
+//! `MutantDeployment` or `Mutation`.
+
+mod process;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    fmt,
+    sync::{
+        Arc, PoisonError, RwLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use kube::runtime::reflector::Store;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet},
+    metrics::{MetricType, counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Registry, Unit},
+};
+
+use crate::{
+    controller::{Caches, OwnerResource},
+    crd::{MutantDeployment, Mutation, VariantState},
+    variant::OwnerKind,
+};
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `Content-Type` of [`Metrics::encode_text`]: Prometheus text format 0.0.4.
+pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Both owner kinds, in the order their series are listed.
+const KINDS: [OwnerKind; 2] = [OwnerKind::MutantDeployment, OwnerKind::Mutation];
+/// Values of the `outcome` label.
+const OUTCOMES: [&str; 2] = ["ok", "error"];
+/// Values of `error` in `mutant_operator_reconcile_errors_total`.
+const RECONCILE_ERRORS: [&str; 3] = ["invalid", "api", "client"];
+/// Values of `error` in `mutant_operator_controller_errors_total`.
+const CONTROLLER_ERRORS: [&str; 3] = ["queue", "object_not_found", "runner"];
+/// Every variant state, in the order the `state` series are listed.
+const STATES: [VariantState; 4] = [
+    VariantState::Progressing,
+    VariantState::Ready,
+    VariantState::Invalid,
+    VariantState::Conflict,
+];
+/// Upper bounds (seconds) of the reconcile duration buckets: 1 ms to 10 s in 1-2.5-5 steps.
+const DURATION_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Initial capacity of the exposition buffer, before the first scrape tells the real size.
+const INITIAL_CAPACITY: usize = 8 * 1024;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindOutcome {
+    kind: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindError {
+    kind: &'static str,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+/// A histogram with [`DURATION_BUCKETS`].
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+type DurationFamily = Family<KindOutcome, Histogram, fn() -> Histogram>;
+
+/// The operator's metrics: counters updated by the controllers, gauges read at scrape time.
+///
+/// `Send + Sync`; share it in an `Arc` between the controllers and the metrics listener.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciliations: Family<KindOutcome, Counter>,
+    durations: DurationFamily,
+    reconcile_errors: Family<KindError, Counter>,
+    controller_errors: Family<KindError, Counter>,
+    leader: Gauge,
+    caches: Arc<CacheCollector>,
+    /// Length of the last exposition, to size the next one's buffer.
+    last_len: AtomicUsize,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family, with all known label combinations at 0, `build_info` for this
+    /// crate's version and `leader` at 1.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        // Help texts of registered families get their final '.' from the registry.
+
+        let reconciliations = Family::<KindOutcome, Counter>::default();
+        let durations: DurationFamily =
+            Family::new_with_constructor(duration_histogram as fn() -> Histogram);
+        for kind in KINDS {
+            for outcome in OUTCOMES {
+                let labels = KindOutcome {
+                    kind: kind.kind(),
+                    outcome,
+                };
+                reconciliations.get_or_create_owned(&labels);
+                durations.get_or_create_owned(&labels);
+            }
+        }
+        registry.register(
+            "mutant_operator_reconciliations",
+            "Reconciles finished, by owner kind and outcome",
+            reconciliations.clone(),
+        );
+        registry.register_with_unit(
+            "mutant_operator_reconcile_duration",
+            "Time one reconcile took",
+            Unit::Seconds,
+            durations.clone(),
+        );
+
+        let reconcile_errors = error_family(&RECONCILE_ERRORS);
+        registry.register(
+            "mutant_operator_reconcile_errors",
+            "Failed reconciles, retried after 10s",
+            reconcile_errors.clone(),
+        );
+        let controller_errors = error_family(&CONTROLLER_ERRORS);
+        registry.register(
+            "mutant_operator_controller_errors",
+            "Other controller errors; queue means a watch failed",
+            controller_errors.clone(),
+        );
+
+        let build_info = Family::<VersionLabel, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "mutant_operator_build_info",
+            "Build information; always 1",
+            build_info,
+        );
+
+        let leader = Gauge::default();
+        leader.set(1);
+        registry.register(
+            "mutant_operator_leader",
+            "1 while this replica is the leader and runs the controllers, else 0",
+            leader.clone(),
+        );
+
+        let caches = Arc::new(CacheCollector::default());
+        registry.register_collector(Box::new(Arc::clone(&caches)));
+        registry.register_collector(Box::new(process::ProcessCollector::new()));
+
+        Metrics {
+            registry,
+            reconciliations,
+            durations,
+            reconcile_errors,
+            controller_errors,
+            leader,
+            caches,
+            last_len: AtomicUsize::new(INITIAL_CAPACITY),
+        }
+    }
+
+    /// Hands over the controllers' caches, from which `managed_objects`, `variants` and
+    /// `mutation_variants` are computed at each scrape. Until then those gauges read 0.
+    pub fn set_caches(&self, caches: Caches) {
+        self.caches.set(CacheView {
+            mutant_deployments: caches.mutant_deployments,
+            mutations: caches.mutations,
+        });
+    }
+
+    /// Records one finished reconcile of an owner of `kind` that took `duration`. `error` is
+    /// `None` on success, else the `error` label of `mutant_operator_reconcile_errors_total`
+    /// (`invalid`, `api` or `client`).
+    pub fn reconciled(&self, kind: OwnerKind, duration: Duration, error: Option<&'static str>) {
+        let labels = KindOutcome {
+            kind: kind.kind(),
+            outcome: if error.is_some() { "error" } else { "ok" },
+        };
+        self.reconciliations.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+        if let Some(error) = error {
+            self.reconcile_errors
+                .get_or_create(&KindError {
+                    kind: kind.kind(),
+                    error,
+                })
+                .inc();
+        }
+    }
+
+    /// Records a controller error outside a reconcile: `queue` (a watch failed),
+    /// `object_not_found` or `runner`.
+    pub fn controller_error(&self, kind: OwnerKind, error: &'static str) {
+        self.controller_errors
+            .get_or_create(&KindError {
+                kind: kind.kind(),
+                error,
+            })
+            .inc();
+    }
+
+    /// Sets `mutant_operator_leader` to 1 (leading) or 0.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// The whole exposition in OpenMetrics text ([`CONTENT_TYPE`]), ending with `# EOF`.
+    pub fn encode(&self) -> String {
+        self.encode_with(prometheus_client::encoding::text::encode)
+    }
+
+    /// The whole exposition in the classic Prometheus text format 0.0.4
+    /// ([`TEXT_CONTENT_TYPE`]): the same series, without `# UNIT` and `# EOF`, and with
+    /// counters' `# HELP`/`# TYPE` naming the `_total` series. What `promtool check metrics`
+    /// and clients that do not ask for OpenMetrics understand.
+    pub fn encode_text(&self) -> String {
+        self.encode_with(prometheus_client::encoding::prometheus_text::encode)
+    }
+
+    /// The exposition in the format an HTTP `Accept` header asks for, with its `Content-Type`.
+    /// OpenMetrics unless the header accepts `text/plain` and not
+    /// `application/openmetrics-text`: Prometheus (which lists both, OpenMetrics first), a
+    /// missing header and `*/*` get OpenMetrics; `Accept: text/plain` (say, for
+    /// `promtool check metrics`) gets Prometheus text 0.0.4.
+    pub fn encode_for(&self, accept: Option<&str>) -> (&'static str, String) {
+        let text = accept.is_some_and(|accept| {
+            accepts(accept, "text/plain") && !accepts(accept, "application/openmetrics-text")
+        });
+        if text {
+            (TEXT_CONTENT_TYPE, self.encode_text())
+        } else {
+            (CONTENT_TYPE, self.encode())
+        }
+    }
+
+    /// Encodes the registry into a buffer sized from the previous exposition.
+    fn encode_with(&self, encode: fn(&mut String, &Registry) -> Result<(), fmt::Error>) -> String {
+        let mut out = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 1024);
+        if let Err(err) = encode(&mut out, &self.registry) {
+            // Writing to a String cannot fail; should it, the scrape gets what was written.
+            tracing::warn!(error = %err, "encoding metrics failed");
+        }
+        self.last_len.store(out.len(), Ordering::Relaxed);
+        out
+    }
+
+    /// Replaces the caches the gauges read (tests build stores without a [`Caches`]).
+    #[cfg(test)]
+    fn set_cache_view(&self, view: CacheView) {
+        self.caches.set(view);
+    }
+}
+
+/// Whether an `Accept` header value lists the media type `media` (parameters other than `q`
+/// ignored) with a non-zero quality.
+fn accepts(accept: &str, media: &str) -> bool {
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        parts
+            .next()
+            .is_some_and(|name| name.eq_ignore_ascii_case(media))
+            && !parts.any(|param| {
+                param
+                    .strip_prefix("q=")
+                    .and_then(|q| q.parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            })
+    })
+}
+
+/// A counter family with every `kind` × `errors` series created at 0.
+fn error_family(errors: &[&'static str]) -> Family<KindError, Counter> {
+    let family = Family::<KindError, Counter>::default();
+    for kind in KINDS {
+        for &error in errors {
+            family.get_or_create_owned(&KindError {
+                kind: kind.kind(),
+                error,
+            });
+        }
+    }
+    family
+}
+
+/// The caches the gauges read.
+#[derive(Clone)]
+struct CacheView {
+    mutant_deployments: Store<MutantDeployment>,
+    mutations: Store<Mutation>,
+}
+
+/// What the cache gauges say at one scrape.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct CacheCounts {
+    /// Owners per kind, indexed as [`KINDS`].
+    objects: [u64; 2],
+    /// Declared variants per kind, indexed as [`KINDS`].
+    variants: [u64; 2],
+    /// Mutation variants per reported state, indexed as [`STATES`].
+    states: [u64; 4],
+}
+
+impl CacheView {
+    fn counts(&self) -> CacheCounts {
+        let mut counts = CacheCounts::default();
+        let mds = self.mutant_deployments.state();
+        counts.objects[0] = mds.len() as u64;
+        counts.variants[0] = mds.iter().map(|md| md.variants().len() as u64).sum();
+        let mutations = self.mutations.state();
+        counts.objects[1] = mutations.len() as u64;
+        for mutation in &mutations {
+            counts.variants[1] += mutation.variants().len() as u64;
+            let reported = mutation.owner_status().map(|s| s.variants.as_slice());
+            for variant in reported.unwrap_or_default() {
+                if let Some(i) = STATES.iter().position(|s| *s == variant.state) {
+                    counts.states[i] += 1;
+                }
+            }
+        }
+        counts
+    }
+}
+
+/// Encodes the cache gauges on each scrape.
+#[derive(Default)]
+struct CacheCollector {
+    view: RwLock<Option<CacheView>>,
+}
+
+impl fmt::Debug for CacheCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheCollector").finish_non_exhaustive()
+    }
+}
+
+impl CacheCollector {
+    fn set(&self, view: CacheView) {
+        *self.view.write().unwrap_or_else(PoisonError::into_inner) = Some(view);
+    }
+
+    fn counts(&self) -> CacheCounts {
+        let view = self
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        view.map(|v| v.counts()).unwrap_or_default()
+    }
+}
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let counts = self.counts();
+        let by_kind = |values: [u64; 2]| {
+            KINDS
+                .map(|k| k.kind())
+                .map(|kind| KindLabel { kind })
+                .into_iter()
+                .zip(values)
+        };
+        gauge_family(
+            &mut encoder,
+            "mutant_operator_managed_objects",
+            "Resources in the controller's cache, by owner kind.",
+            by_kind(counts.objects),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "mutant_operator_variants",
+            "Variants declared in specs, summed per owner kind.",
+            by_kind(counts.variants),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "mutant_operator_mutation_variants",
+            "Mutation variants by reported state.",
+            STATES
+                .map(|s| StateLabel { state: s.as_str() })
+                .into_iter()
+                .zip(counts.states),
+        )
+    }
+}
+
+/// Encodes one gauge family with the given series.
+fn gauge_family<S: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (S, u64)>,
+) -> Result<(), fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! R25, R26: the metrics listener: every family of the readme table with its labels and
+//! sensible values, gauges equal to what is in the cluster, the exposition format accepted by
+//! promtool, and the probes.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::*;
+
+/// Sample lines of an OpenMetrics text, as "name{labels}" → value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
+    *samples
+        .get(series)
+        .unwrap_or_else(|| panic!("no series {series} in:\n{samples:#?}"))
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn metrics_follow_the_cluster_and_the_format_is_valid() {
+    let f = Fixture::new("metrics").await;
+    let port = f.operator.metrics_port;
+    let two = json!([{ "label": "a", "instances": 1 }, { "label": "Bad", "instances": 1 }]);
+    f.apply::<MutantDeployment>(&mutant_deployment("d", base("md"), two))
+        .await;
+    let three = json!([{ "label": "x", "instances": 1 }, { "label": "y", "instances": 0 },
+                       { "label": "x", "instances": 2 }]);
+    f.apply::<Mutation>(&mutation("m", base("mu"), three)).await;
+    f.wait_status::<MutantDeployment>("d", "1/2", |s| s.summary == "1/2 variants ready")
+        .await;
+    f.wait_status::<Mutation>("m", "2/3", |s| s.summary == "2/3 variants ready")
+        .await;
+
+    let reply = common::http::request(port, "GET", "/metrics", None, None).await;
+    assert_eq!(reply.status, 200);
+    assert!(
+        reply
+            .header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    assert!(reply.body.ends_with("# EOF\n"));
+    let s = samples(&reply.body);
+
+    for kind in ["MutantDeployment", "Mutation"] {
+        let ok = value(
+            &s,
+            &format!("mutant_operator_reconciliations_total{{kind=\"{kind}\",outcome=\"ok\"}}"),
+        );
+        assert!(ok >= 1.0, "{kind} reconciles counted: {ok}");
+        value(
+            &s,
+            &format!("mutant_operator_reconciliations_total{{kind=\"{kind}\",outcome=\"error\"}}"),
+        );
+        let count = value(
+            &s,
+            &format!(
+                "mutant_operator_reconcile_duration_seconds_count{{kind=\"{kind}\",outcome=\"ok\"}}"
+            ),
+        );
+        assert_eq!(count, ok, "one duration per reconcile");
+        for error in ["invalid", "api", "client"] {
+            value(
+                &s,
+                &format!(
+                    "mutant_operator_reconcile_errors_total{{kind=\"{kind}\",error=\"{error}\"}}"
+                ),
+            );
+        }
+        for error in ["queue", "object_not_found", "runner"] {
+            value(
+                &s,
+                &format!(
+                    "mutant_operator_controller_errors_total{{kind=\"{kind}\",error=\"{error}\"}}"
+                ),
+            );
+        }
+        // Gauges from the caches: one owner of each kind in this (scoped) operator.
+        assert_eq!(
+            value(
+                &s,
+                &format!("mutant_operator_managed_objects{{kind=\"{kind}\"}}")
+            ),
+            1.0
+        );
+    }
+    assert_eq!(
+        value(&s, "mutant_operator_variants{kind=\"MutantDeployment\"}"),
+        2.0
+    );
+    assert_eq!(
+        value(&s, "mutant_operator_variants{kind=\"Mutation\"}"),
+        3.0
+    );
+    // Mutation variants by reported state: x and y Ready, the repeated x a Conflict.
+    assert_eq!(
+        value(&s, "mutant_operator_mutation_variants{state=\"Ready\"}"),
+        2.0
+    );
+    assert_eq!(
+        value(&s, "mutant_operator_mutation_variants{state=\"Conflict\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&s, "mutant_operator_mutation_variants{state=\"Invalid\"}"),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "mutant_operator_mutation_variants{state=\"Progressing\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            &format!(
+                "mutant_operator_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        1.0
+    );
+    for process in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(value(&s, process) > 0.0, "{process}");
+    }
+
+    // The exposition format passes promtool (Debian's prometheus package; scripts/test
+    // installs it).
+    let promtool = std::env::var("PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let mut child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{promtool} is needed (apt-get install prometheus): {e}"));
+    // promtool reads the classic text format, which a client asking for text/plain gets.
+    let raw = "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\nConnection: close\r\n\r\n";
+    let text = common::http::send_raw(port, raw.as_bytes()).await;
+    let content_type = text.header("content-type").unwrap();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    // Both formats carry the same series (buckets aside: their `le` is written differently).
+    let series = |m: &BTreeMap<String, f64>| -> Vec<String> {
+        m.keys()
+            .filter(|k| !k.contains("_bucket{"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(series(&samples(&text.body)), series(&s));
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.body.as_bytes())
+            .unwrap();
+    }
+    let checked = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(
+        checked.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}"
+    );
+
+    // Counters move: a spec change means more reconciles.
+    let before = value(
+        &s,
+        "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}",
+    );
+    f.apply::<Mutation>(&mutation(
+        "m",
+        base("mu"),
+        json!([{ "label": "x", "instances": 1 }]),
+    ))
+    .await;
+    f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
+        .await;
+    let after = samples(
+        &common::http::request(port, "GET", "/metrics", None, None)
+            .await
+            .body,
+    );
+    assert!(
+        value(
+            &after,
+            "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}"
+        ) > before
+    );
+    assert_eq!(
+        value(&after, "mutant_operator_variants{kind=\"Mutation\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "mutant_operator_mutation_variants{state=\"Conflict\"}"
+        ),
+        0.0
+    );
+
+    // R26: probes on the same listener; the API's port does not serve them.
+    assert_eq!(
+        common::http::request(port, "GET", "/healthz", None, None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        common::http::request(port, "GET", "/readyz", None, None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        common::http::request(port, "GET", "/nope", None, None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        common::http::request(port, "POST", "/metrics", None, Some(""))
+            .await
+            .status,
+        405
+    );
+    let api = common::http::request(f.operator.api_port, "GET", "/metrics", None, None).await;
+    assert_eq!(api.status, 404, "the API listener does not serve metrics");
+}
+
+/// MUTANT_LOG_FORMAT=json writes one JSON object per line, with the reconciled object named.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn json_logs_are_one_object_per_line() {
+    let f = Fixture::with_env("logs-json", &[("MUTANT_LOG_FORMAT", "json")]).await;
+    f.apply::<Mutation>(&mutation(
+        "m",
+        base("web"),
+        json!([{ "label": "a", "instances": 1 }]),
+    ))
+    .await;
+    f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
+        .await;
+    let log = f.operator.log_text();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+    assert!(
+        lines.iter().any(|l| l["message"] == "reconciled"
+            && l["object"]
+                .as_str()
+                .is_some_and(|o| o.contains("Mutation") && o.contains("/m."))),
+        "{log}"
+    );
+}
