@@ -1,0 +1,424 @@
+//! R18: the Argo CD health check for Mutations, `deploy/argocd/health.lua`, run with a real
+//! Lua 5.1 interpreter (Argo CD embeds gopher-lua, which is Lua 5.1) against Mutations built
+//! from the operator's own types, so the status has exactly the shape the operator writes.
+//! Also checks that `deploy/argocd/argocd-cm-patch.yaml` carries the same script.
+//!
+//! No cluster is needed, but the interpreter is: Debian package `lua5.1` (binary `lua5.1`), or
+//! another Lua 5.1 named by `LUA`, e.g. `LUA=/usr/local/bin/lua cargo test --test argocd_health`.
+//! Without one these tests fail, saying what to install; they never skip.
+//!
+//! Each Mutation is serialized with serde_json and written out as a Lua table literal, the way
+//! Argo CD hands the object to the script: JSON null becomes nil, so `"message": null` is no
+//! `message` key at all.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a failed step must fail the test"
+)]
+
+use std::{
+    fmt::Write as _,
+    io::Write as _,
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use mutantops::{
+    crd::{Mutation, MutationSpec, OwnerStatus, Variant, VariantState, VariantStatus},
+    variant::{ready_condition, summary},
+};
+use serde_json::{Value, json};
+
+/// The ConfigMap key Argo CD reads the Mutation health check from.
+const HEALTH_KEY: &str = "resource.customizations.health.neiam.org_Mutation";
+
+/// Reads a file under `deploy/argocd/`.
+fn argocd_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/argocd")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The interpreter: `$LUA` if set, else `lua5.1` from PATH.
+fn lua_interpreter() -> String {
+    std::env::var("LUA")
+        .ok()
+        .filter(|l| !l.trim().is_empty())
+        .unwrap_or_else(|| "lua5.1".to_owned())
+}
+
+/// Runs a Lua chunk (fed on stdin) and returns what it printed. Fails, naming the package to
+/// install, when there is no interpreter.
+fn run_lua(chunk: &str) -> String {
+    let lua = lua_interpreter();
+    let mut child = Command::new(&lua)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run the Lua interpreter {lua:?} ({e}). These tests need Lua 5.1: \
+                 install it with `apt-get install lua5.1` (Debian package lua5.1), or set \
+                 LUA to a Lua 5.1 interpreter"
+            )
+        });
+    child
+        .stdin
+        .take()
+        .expect("stdin of the interpreter")
+        .write_all(chunk.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{lua} failed ({}): {}\n--- chunk ---\n{chunk}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Appends `s` as a Lua string literal that reads back byte for byte, escaped as
+/// `string.format("%q", s)` would (plus every control byte as a decimal escape).
+fn lua_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_ascii_control() => write!(out, "\\{:03}", u32::from(c)).unwrap(),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Appends `value` as a Lua expression: objects become `{["key"]=...}`, arrays 1-based
+/// sequences, null nil. A nil field in a table constructor leaves the key out, which is what
+/// Argo CD's gopher-lua table holds for a JSON null; a null array element is left out too, as
+/// gopher-lua's `LTable.Append` does.
+fn lua_value(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("nil"),
+        Value::Bool(b) => write!(out, "{b}").unwrap(),
+        Value::Number(n) => write!(out, "{n}").unwrap(),
+        Value::String(s) => lua_string(s, out),
+        Value::Array(items) => {
+            out.push('{');
+            for item in items.iter().filter(|i| !i.is_null()) {
+                lua_value(item, out);
+                out.push(',');
+            }
+            out.push('}');
+        }
+        Value::Object(fields) => {
+            out.push('{');
+            for (key, field) in fields {
+                out.push('[');
+                lua_string(key, out);
+                out.push_str("]=");
+                lua_value(field, out);
+                out.push(',');
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// What the health check returned.
+#[derive(Debug, PartialEq, Eq)]
+struct Health {
+    status: String,
+    message: String,
+}
+
+/// Runs `deploy/argocd/health.lua` with `obj` set to `mutation` as Argo CD would, in a Lua 5.1
+/// interpreter, and returns its `hs.status` and `hs.message`.
+fn health(mutation: &Mutation) -> Health {
+    let json = serde_json::to_value(mutation).unwrap();
+    let mut table = String::new();
+    lua_value(&json, &mut table);
+    let chunk = format!(
+        "obj = {table}\n\
+         local hs = (function()\n{script}\nend)()\n\
+         print(_VERSION)\n\
+         print(type(hs.status) .. \" \" .. type(hs.message))\n\
+         print(hs.status)\n\
+         print(hs.message)\n",
+        script = argocd_file("health.lua"),
+    );
+    let out = run_lua(&chunk);
+    let mut lines = out.lines();
+    let version = lines.next().unwrap_or_default();
+    assert_eq!(
+        version,
+        "Lua 5.1",
+        "{} is not a Lua 5.1 interpreter, as Argo CD's gopher-lua is: install Debian package \
+         lua5.1 (`apt-get install lua5.1`) or point LUA at one",
+        lua_interpreter()
+    );
+    assert_eq!(
+        lines.next(),
+        Some("string string"),
+        "hs.status and hs.message must be strings; output:\n{out}"
+    );
+    let status = lines.next().unwrap_or_default().to_owned();
+    let message = lines.collect::<Vec<_>>().join("\n");
+    Health { status, message }
+}
+
+fn expect(status: &str, message: &str) -> Health {
+    Health {
+        status: status.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+/// A base Deployment as a Mutation's spec holds it.
+fn base() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": "web" },
+        "spec": {
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": { "containers": [{ "name": "web", "image": "nginx:1.27" }] }
+            }
+        }
+    })
+}
+
+/// One variant's status as the operator reports it: replicas ready only when Ready.
+fn variant(label: &str, state: VariantState, message: Option<&str>) -> VariantStatus {
+    VariantStatus {
+        label: label.to_owned(),
+        state,
+        message: message.map(str::to_owned),
+        deployment: format!("web-{label}"),
+        replicas: 2,
+        ready_replicas: if state == VariantState::Ready { 2 } else { 0 },
+    }
+}
+
+/// A Mutation named web with one spec variant per status entry and, if `variants` is given,
+/// the status the operator would write for them (summary and Ready condition included).
+fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> Mutation {
+    let spec_variants = variants
+        .iter()
+        .flatten()
+        .map(|v| Variant {
+            label: v.label.clone(),
+            env: [("FEATURE".to_owned(), v.label.clone())].into(),
+            instances: v.replicas,
+        })
+        .collect();
+    let mut m = Mutation::new(
+        "web",
+        MutationSpec {
+            deployment: base(),
+            variants: spec_variants,
+        },
+    );
+    m.metadata.namespace = Some("default".to_owned());
+    m.metadata.generation = Some(3);
+    m.status = variants.map(|variants| OwnerStatus {
+        observed_generation: Some(3),
+        secret: Some("web-secret".to_owned()),
+        summary: summary(&variants),
+        message: base_error.map(|e| format!("invalid base deployment: {e}")),
+        conditions: vec![ready_condition(
+            &variants,
+            base_error,
+            Some(3),
+            None,
+            "2025-01-01T00:00:00Z",
+        )],
+        variants,
+    });
+    m
+}
+
+#[test]
+fn no_status_waits_for_the_operator() {
+    let m = mutation(None, None);
+    assert!(
+        serde_json::to_value(&m)
+            .unwrap()
+            .get("status")
+            .is_none_or(Value::is_null),
+        "a new Mutation has no status"
+    );
+    assert_eq!(
+        health(&m),
+        expect("Progressing", "Waiting for the operator")
+    );
+}
+
+#[test]
+fn all_variants_ready_is_healthy_with_the_summary() {
+    let m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Ready, None),
+            variant("beta", VariantState::Ready, None),
+        ]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
+}
+
+#[test]
+fn no_variants_is_healthy() {
+    let m = mutation(Some(vec![]), None);
+    assert_eq!(
+        serde_json::to_value(&m).unwrap()["status"]["variants"],
+        json!([]),
+        "the operator writes an empty list, not null"
+    );
+    assert_eq!(health(&m), expect("Healthy", "0/0 variants ready"));
+}
+
+#[test]
+fn a_progressing_variant_is_progressing() {
+    let m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Ready, None),
+            variant("beta", VariantState::Progressing, None),
+        ]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Progressing", "1/2 variants ready"));
+}
+
+#[test]
+fn an_invalid_variant_is_degraded_with_its_message() {
+    let message = "env name \"1BAD\" is not a C identifier";
+    let m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Ready, None),
+            variant("beta", VariantState::Invalid, Some(message)),
+        ]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Degraded", &format!("beta: {message}")));
+}
+
+#[test]
+fn a_conflicting_variant_is_degraded_with_its_message() {
+    let message = "Deployment \"web-beta\" exists and is not managed by this Mutation";
+    let m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Ready, None),
+            variant("beta", VariantState::Conflict, Some(message)),
+        ]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Degraded", &format!("beta: {message}")));
+}
+
+#[test]
+fn a_variant_without_message_is_named_with_its_state() {
+    let m = mutation(
+        Some(vec![variant("beta", VariantState::Invalid, None)]),
+        None,
+    );
+    assert_eq!(
+        serde_json::to_value(&m).unwrap()["status"]["variants"][0]["message"],
+        Value::Null,
+        "the operator writes message: null"
+    );
+    assert_eq!(health(&m), expect("Degraded", "beta: Invalid"));
+
+    let m = mutation(
+        Some(vec![variant("gamma", VariantState::Conflict, None)]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Degraded", "gamma: Conflict"));
+}
+
+#[test]
+fn degraded_wins_over_progressing_and_names_the_first_problem() {
+    let m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Progressing, None),
+            variant("beta", VariantState::Conflict, Some("label repeats")),
+            variant(
+                "gamma",
+                VariantState::Invalid,
+                Some("instances is negative"),
+            ),
+            variant("delta", VariantState::Progressing, None),
+        ]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Degraded", "beta: label repeats"));
+}
+
+#[test]
+fn an_invalid_base_is_degraded_through_its_variants() {
+    // With an invalid base the operator marks every variant Invalid (controller::reconcile).
+    let problem = "spec.template.spec.containers is missing";
+    let message = format!("not applied while the base is invalid: {problem}");
+    let m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Invalid, Some(&message)),
+            variant("beta", VariantState::Invalid, Some(&message)),
+        ]),
+        Some(problem),
+    );
+    assert_eq!(health(&m), expect("Degraded", &format!("alpha: {message}")));
+}
+
+#[test]
+fn strings_reach_lua_byte_for_byte() {
+    let tricky = "quote \" backslash \\ newline\nreturn\r tab\t nul\0 bell\x07 ümlaut ✓ ]] [[ end";
+    let mut table = String::new();
+    lua_value(
+        &json!({ "s": tricky, "n": null, "a": [1, null, 2.5, true] }),
+        &mut table,
+    );
+    let out = run_lua(&format!(
+        "local t = {table}\n\
+         io.write(tostring(t.n), \" \", #t.a, \" \", t.a[1], \" \", t.a[2], \" \", tostring(t.a[3]), \"|\")\n\
+         io.write(t.s)\n"
+    ));
+    let (summary, text) = out.split_once('|').unwrap();
+    assert_eq!(
+        summary, "nil 3 1 2.5 true",
+        "null dropped, numbers and booleans kept"
+    );
+    assert_eq!(text, tricky, "the string reads back unchanged");
+}
+
+#[test]
+fn the_argocd_cm_patch_carries_health_lua() {
+    let script = argocd_file("health.lua");
+    let patch: serde_yaml::Value = serde_yaml::from_str(&argocd_file("argocd-cm-patch.yaml"))
+        .expect("argocd-cm-patch.yaml is YAML");
+    assert_eq!(patch["apiVersion"].as_str(), Some("v1"));
+    assert_eq!(patch["kind"].as_str(), Some("ConfigMap"));
+    assert_eq!(patch["metadata"]["name"].as_str(), Some("argocd-cm"));
+    assert_eq!(patch["metadata"]["namespace"].as_str(), Some("argocd"));
+    let data = patch["data"].as_mapping().expect("data is a mapping");
+    assert_eq!(
+        data.keys()
+            .filter_map(serde_yaml::Value::as_str)
+            .collect::<Vec<_>>(),
+        [HEALTH_KEY],
+        "data holds the health check and nothing else"
+    );
+    let embedded = patch["data"][HEALTH_KEY]
+        .as_str()
+        .unwrap_or_else(|| panic!("data.{HEALTH_KEY} is a string"));
+    assert!(
+        embedded == script,
+        "the Lua in argocd-cm-patch.yaml differs from health.lua:\n--- yaml ---\n{embedded}\n\
+         --- health.lua ---\n{script}"
+    );
+}
