@@ -21,6 +21,7 @@ mod examples;
 mod invalid;
 mod lifecycle;
 mod metrics;
+mod rbac;
 mod secret;
 mod steady;
 

@@ -1,0 +1,167 @@
+//! R28, R27: deploy/ under real RBAC. The bundle passes a server-side dry run and applies; the
+//! operator then runs with the credentials of the ServiceAccount from deploy/operator.yml
+//! (a token from the TokenRequest API), not as cluster admin, and reconciles the examples;
+//! and the account cannot do what it does not need.
+
+use serde_json::json;
+
+use super::*;
+
+const SA: &str = "system:serviceaccount:mutants:mutantops";
+
+fn ok(output: &std::process::Output, what: &str) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{what}: {text}");
+    text
+}
+
+/// A kubeconfig for the cluster in KUBECONFIG that authenticates with `token` instead.
+fn kubeconfig_with_token(token: &str, path: &std::path::Path) {
+    let source = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test cluster");
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
+    let users = config["users"].as_sequence_mut().unwrap();
+    for user in users.iter_mut() {
+        user["user"] = serde_yaml::from_str(&format!("token: {token}")).unwrap();
+    }
+    std::fs::write(path, serde_yaml::to_string(&config).unwrap()).unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn the_operator_runs_with_its_service_account() {
+    let ns = TestNamespace::new("rbac").await;
+    common::install_crds(&ns.client).await;
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/mutantops.yaml");
+
+    // The namespace first, so the dry run can place the namespaced objects in it.
+    let _ = kubectl(&["create", "namespace", "mutants"]);
+    ok(
+        &kubectl(&["apply", "--dry-run=server", "-f", bundle]),
+        "server-side dry run of the bundle",
+    );
+    ok(
+        &kubectl(&[
+            "apply",
+            "--server-side",
+            "--field-manager=mutantops-tests",
+            "--force-conflicts",
+            "-f",
+            bundle,
+        ]),
+        "applying the bundle",
+    );
+
+    // What the account may and may not do.
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--as", SA]);
+        let out = kubectl(&all);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for allowed in [
+        &["watch", "mutations.neiam.org", "-A"][..],
+        &[
+            "patch",
+            "mutations.neiam.org",
+            "--subresource=status",
+            "-n",
+            "default",
+        ],
+        &["patch", "deployments.apps", "-n", "default"],
+        &["delete", "deployments.apps", "-n", "default"],
+        &["create", "secrets", "-n", "default"],
+        &["list", "secrets", "-A"],
+        &["create", "events.events.k8s.io", "-n", "default"],
+    ] {
+        assert_eq!(can(allowed), "yes", "the operator needs: {allowed:?}");
+    }
+    for denied in [
+        &["delete", "namespaces"][..],
+        &["get", "pods", "-n", "default"],
+        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["update", "secrets", "-n", "default"],
+        &["delete", "secrets", "-n", "default"],
+        &["update", "deployments.apps", "-n", "default"],
+        &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+        &["get", "configmaps", "-n", "default"],
+    ] {
+        assert_eq!(
+            can(denied),
+            "no",
+            "the operator must not be able to: {denied:?}"
+        );
+    }
+
+    // The operator with a token of its own ServiceAccount.
+    let token = ok(
+        &kubectl(&[
+            "-n",
+            "mutants",
+            "create",
+            "token",
+            "mutantops",
+            "--duration=1h",
+        ]),
+        "TokenRequest",
+    );
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("rbac-{}", common::random_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    kubeconfig_with_token(token.trim(), &kubeconfig);
+    let operator = Operator::start_with(
+        &ns.name,
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+            ("MUTANT_API_TOKEN", ADMIN),
+        ],
+    );
+    let f = Fixture { operator, ns };
+
+    f.apply::<MutantDeployment>(&example("nginx-mutant.yaml"))
+        .await;
+    f.apply::<Mutation>(&example("browser-snap.yaml")).await;
+    f.wait_status::<MutantDeployment>("nginx-mutant", "2/2", |s| s.summary == "2/2 variants ready")
+        .await;
+    f.wait_status::<Mutation>("browser-snap", "2/2 and its Secret", |s| {
+        s.summary == "2/2 variants ready" && s.secret.is_some()
+    })
+    .await;
+    // The API works under the same account: add a variant with the Mutation's own token.
+    let snap = f.token("browser-snap").await;
+    let reply = f
+        .call(
+            "POST",
+            "/mutations/browser-snap/variants",
+            Some(&snap),
+            Some(&json!({"label": "tiny", "instances": 1})),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+    f.wait_deployment("browser-snap-tiny", "ready", |d| ready(d, 1))
+        .await;
+    // And pruning works too.
+    let reply = f
+        .call(
+            "DELETE",
+            "/mutations/browser-snap/variants/tiny",
+            Some(&snap),
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, 204);
+    f.wait_gone("browser-snap-tiny").await;
+
+    let log = f.operator.log_text();
+    assert!(
+        !log.contains("forbidden") && !log.contains("Forbidden"),
+        "RBAC denied something:\n{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
