@@ -2,7 +2,7 @@
 //! silent default: an operator that listens somewhere unexpected, or serves without auth by
 //! accident, is worse than one that refuses to start.
 
-use std::{ffi::OsString, fmt, net::SocketAddr};
+use std::{ffi::OsString, fmt, net::SocketAddr, time::Duration};
 
 use crate::{Error, Result};
 
@@ -10,6 +10,8 @@ use crate::{Error, Result};
 pub const DEFAULT_API_ADDR: &str = "0.0.0.0:8080";
 /// Default listen address of the metrics and probe listener.
 pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9568";
+/// Default `MUTANT_LEASE_DURATION_SECONDS`.
+pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +60,14 @@ pub struct Config {
     /// `MUTANT_WATCH_NAMESPACE`: reconcile only this namespace; `None` (unset or empty) for
     /// every namespace.
     pub watch_namespace: Option<String>,
+    /// `MUTANT_LEASE_DURATION_SECONDS`: how long the leader's Lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// `POD_NAMESPACE`: where the leader Lease lives; `None` (unset or empty) for the watch
+    /// namespace, else `default`.
+    pub pod_namespace: Option<String>,
+    /// `POD_NAME`: this replica's identity in the Lease; `None` (unset or empty) for
+    /// `<hostname>-<pid>`.
+    pub pod_name: Option<String>,
 }
 
 impl Config {
@@ -111,8 +121,33 @@ impl Config {
                 ))
             })?;
         }
+        let pod_namespace = text("POD_NAMESPACE")?
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        if let Some(ns) = &pod_namespace {
+            crate::variant::validate_label(ns).map_err(|e| {
+                Error::Config(format!("POD_NAMESPACE is not a namespace name: {e}"))
+            })?;
+        }
+        let pod_name = text("POD_NAME")?
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        let lease_duration = match text("MUTANT_LEASE_DURATION_SECONDS")? {
+            None => Duration::from_secs(DEFAULT_LEASE_DURATION_SECONDS),
+            Some(value) => match value.trim().parse::<u64>() {
+                Ok(secs) if (2..=i32::MAX as u64).contains(&secs) => Duration::from_secs(secs),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "MUTANT_LEASE_DURATION_SECONDS={value:?} is not a whole number of seconds, at least 2"
+                    )));
+                }
+            },
+        };
         Ok(Config {
             watch_namespace,
+            lease_duration,
+            pod_namespace,
+            pod_name,
             api_addr: addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?,
             metrics_addr: addr("MUTANT_METRICS_ADDR", DEFAULT_METRICS_ADDR)?,
             api_token,
@@ -153,6 +188,28 @@ mod tests {
         assert!(!c.api_insecure);
         assert_eq!(c.log_format, LogFormat::Text);
         assert_eq!(c.watch_namespace, None);
+        assert_eq!(c.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.pod_namespace, None);
+        assert_eq!(c.pod_name, None);
+    }
+
+    #[test]
+    fn lease_settings() {
+        let c = config(&[
+            ("MUTANT_LEASE_DURATION_SECONDS", " 4 "),
+            ("POD_NAMESPACE", "mutants"),
+            ("POD_NAME", "mutantops-operator-abc"),
+        ])
+        .unwrap();
+        assert_eq!(c.lease_duration, Duration::from_secs(4));
+        assert_eq!(c.pod_namespace.as_deref(), Some("mutants"));
+        assert_eq!(c.pod_name.as_deref(), Some("mutantops-operator-abc"));
+        assert_eq!(
+            config(&[("MUTANT_LEASE_DURATION_SECONDS", "2")])
+                .unwrap()
+                .lease_duration,
+            Duration::from_secs(2)
+        );
     }
 
     #[test]
@@ -188,6 +245,14 @@ mod tests {
             ("MUTANT_API_INSECURE", "maybe"),
             ("MUTANT_LOG_FORMAT", "xml"),
             ("MUTANT_WATCH_NAMESPACE", "Not_A_Namespace"),
+            ("MUTANT_LEASE_DURATION_SECONDS", "1"),
+            ("MUTANT_LEASE_DURATION_SECONDS", "0"),
+            ("MUTANT_LEASE_DURATION_SECONDS", "-5"),
+            ("MUTANT_LEASE_DURATION_SECONDS", "15s"),
+            ("MUTANT_LEASE_DURATION_SECONDS", "1.5"),
+            ("MUTANT_LEASE_DURATION_SECONDS", ""),
+            ("MUTANT_LEASE_DURATION_SECONDS", "99999999999"),
+            ("POD_NAMESPACE", "Bad_Namespace"),
         ] {
             let err = config(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name), "{name}={value}: {err}");

@@ -11,6 +11,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod http;
+pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod operator;

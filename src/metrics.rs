@@ -14,8 +14,8 @@
 //! | `mutant_operator_mutation_variants` | gauge | `state` |
 //! | `mutant_operator_build_info` | gauge | `version` |
 //!
-//! plus, beyond the table, `mutant_operator_leader` (gauge, 1 while this replica leads; always
-//! 1 until leader election exists, since a single replica always leads) and the standard
+//! plus, beyond the table, `mutant_operator_leader` (gauge, 1 while this replica holds the
+//! leader Lease and its reconciles act, else 0; see `lease`) and the standard
 //! `process_*` series, read from `/proc` at each scrape (Linux only; a value that cannot be
 //! read is left out): `process_cpu_seconds_total` (utime + stime of `/proc/self/stat` at a
 //! fixed `USER_HZ` of 100, the crate having no `libc` for `sysconf`),
@@ -147,7 +147,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Registers every family, with all known label combinations at 0, `build_info` for this
-    /// crate's version and `leader` at 1.
+    /// crate's version and `leader` at 0 (until the election says otherwise).
     pub fn new() -> Self {
         let mut registry = Registry::default();
         // Help texts of registered families get their final '.' from the registry.
@@ -203,10 +203,9 @@ impl Metrics {
         );
 
         let leader = Gauge::default();
-        leader.set(1);
         registry.register(
             "mutant_operator_leader",
-            "1 while this replica is the leader and runs the controllers, else 0",
+            "1 while this replica is the leader and its controllers reconcile, else 0",
             leader.clone(),
         );
 

@@ -12,6 +12,7 @@ use crate::{
     config::Config,
     controller,
     http::{self, ServerConfig},
+    lease::{self, Elector},
     metrics::Metrics,
     shutdown,
 };
@@ -62,11 +63,21 @@ pub async fn run(config: Config) -> Result<()> {
 
     let (trigger, stop) = shutdown::channel();
     let metrics = Arc::new(Metrics::new());
+    // Every replica watches and serves; only the leader's reconciles act (R30). The election
+    // stops (and releases the Lease) only after the controllers have stopped.
+    let (elector, leader) = Elector::new(
+        client.clone(),
+        lease::Settings::from_config(&config),
+        metrics.clone(),
+    );
+    let (release, elector_stop) = shutdown::channel();
+    let election = tokio::spawn(elector.run(elector_stop));
     let (caches, controllers) = controller::start(
         client.clone(),
         config.watch_namespace.as_deref(),
         metrics.clone(),
         stop.clone(),
+        leader,
     );
     metrics.set_caches(caches.clone());
     let admin_state = Arc::new(AdminState {
@@ -103,6 +114,10 @@ pub async fn run(config: Config) -> Result<()> {
     }
     if let Err(err) = controllers.await {
         tracing::error!(error = %err, "the controllers stopped abnormally");
+    }
+    release.fire();
+    if let Err(err) = election.await {
+        tracing::error!(error = %err, "leader election stopped abnormally");
     }
     tracing::info!("stopped");
     Ok(())

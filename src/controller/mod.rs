@@ -37,10 +37,12 @@ use kube::{
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
+use tokio::sync::watch;
 
 use crate::{
     Error,
     crd::{MutantDeployment, Mutation, OwnerStatus, Variant},
+    lease,
     metrics::Metrics,
     shutdown::Shutdown,
     variant::{KIND_LABEL, OwnerKind},
@@ -114,6 +116,8 @@ pub struct Context {
     pub announced: announce::Announced,
     /// Reconcile counters and timings.
     pub metrics: Arc<Metrics>,
+    /// Whether this replica is the leader: only the leader's reconciles act (R30).
+    pub leader: watch::Receiver<bool>,
 }
 
 /// The caches of a running pair of controllers, for readers such as the HTTP API and metrics.
@@ -219,6 +223,7 @@ fn controller<K, S>(
     metrics: Arc<Metrics>,
     shutdown: S,
     secrets: Option<(Store<Secret>, reflector::store::Writer<Secret>)>,
+    leader: watch::Receiver<bool>,
 ) -> (Store<K>, impl Future<Output = ()> + use<K, S>)
 where
     K: OwnerResource,
@@ -242,8 +247,11 @@ where
         .reflect(deployment_writer)
         .touched_objects();
 
-    let mut controller =
-        Controller::for_stream(owner_stream, owner_store.clone()).owns_stream(deployment_stream);
+    // A replica that becomes the leader reconciles every owner it has cached: while it
+    // followed, its reconciles did nothing.
+    let mut controller = Controller::for_stream(owner_stream, owner_store.clone())
+        .owns_stream(deployment_stream)
+        .reconcile_all_on(lease::became_leader(leader.clone()));
     let secret_store = match secrets {
         Some((store, writer)) => {
             let api: Api<Secret> = scoped(&client, namespace);
@@ -269,6 +277,7 @@ where
         secrets: secret_store,
         announced: announce::Announced::default(),
         metrics: metrics.clone(),
+        leader,
     });
     let kind = K::KIND.kind();
     let run = controller
@@ -278,7 +287,8 @@ where
             let metrics = metrics.clone();
             async move {
                 match result {
-                    Ok((obj, _)) => tracing::debug!(kind, object = %obj, "reconciled"),
+                    // Logged ("reconciled") by timed_reconcile, when this replica leads.
+                    Ok(_) => {}
                     // Counted, with its cause, by timed_reconcile.
                     Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
                     Err(err) => {
@@ -307,15 +317,26 @@ where
     }
 }
 
-/// [`reconcile`], timed and counted in the metrics.
+/// [`reconcile`], timed and counted in the metrics, when this replica is the leader. A
+/// follower does nothing (no request, no metric) and waits for a change: when it becomes the
+/// leader, every owner is reconciled again (`reconcile_all_on`). A reconcile in flight when
+/// leadership is lost finishes; it is bounded.
 async fn timed_reconcile<K: OwnerResource>(
     obj: Arc<K>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    let object = reflector::ObjectRef::from_obj(obj.as_ref());
+    if !*ctx.leader.borrow() {
+        tracing::debug!(kind = K::KIND.kind(), %object, "not the leader; skipping");
+        return Ok(Action::await_change());
+    }
     let started = std::time::Instant::now();
     let result = reconcile(obj, ctx.clone()).await;
     let error = result.as_ref().err().map(Error::metric_label);
     ctx.metrics.reconciled(K::KIND, started.elapsed(), error);
+    if result.is_ok() {
+        tracing::debug!(kind = K::KIND.kind(), %object, "reconciled");
+    }
     result
 }
 
@@ -339,6 +360,7 @@ pub fn start(
     namespace: Option<&str>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
+    leader: watch::Receiver<bool>,
 ) -> (Caches, impl Future<Output = ()> + use<>) {
     let (secret_store, secret_writer) = reflector::store();
     let (mutant_deployments, run_md) = controller::<MutantDeployment, _>(
@@ -347,6 +369,7 @@ pub fn start(
         metrics.clone(),
         shutdown.clone().wait(),
         None,
+        leader.clone(),
     );
     let (mutations, run_mutations) = controller::<Mutation, _>(
         client,
@@ -354,6 +377,7 @@ pub fn start(
         metrics,
         shutdown.wait(),
         Some((secret_store.clone(), secret_writer)),
+        leader,
     );
     let caches = Caches {
         mutant_deployments,

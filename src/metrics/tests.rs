@@ -136,7 +136,7 @@ fn every_series_exists_at_zero() {
             env!("CARGO_PKG_VERSION")
         ),
     );
-    assert_line(&text, "mutant_operator_leader 1");
+    assert_line(&text, "mutant_operator_leader 0");
     assert_eq!(lines(&text).last(), Some(&"# EOF"));
     assert!(text.ends_with("# EOF\n"));
     assert_eq!(text.matches("# EOF").count(), 1);
@@ -391,6 +391,7 @@ fn help_texts_end_with_one_period() {
 fn prometheus_text_format() {
     let metrics = Metrics::new();
     metrics.reconciled(OwnerKind::Mutation, Duration::from_millis(20), None);
+    metrics.set_leader(true);
     let text = metrics.encode_text();
     for line in [
         "# TYPE mutant_operator_reconciliations_total counter",

@@ -19,6 +19,7 @@ mod api_walkthrough;
 mod conflicts;
 mod examples;
 mod invalid;
+mod leader;
 mod lifecycle;
 mod metrics;
 mod rbac;
@@ -345,7 +346,8 @@ pub fn log_size(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-/// The operator's requests in `namespace` logged after `offset`, except watches, as
+/// The operator's requests in `namespace` logged after `offset`, except watches and Lease
+/// renewals, as
 /// "verb uri" lines.
 pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -> Vec<String> {
     let mut file = std::fs::File::open(path).unwrap();
@@ -367,6 +369,13 @@ pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -
                 .as_str()
                 .unwrap_or("")
                 .contains(&format!("/namespaces/{namespace}/"))
+        })
+        // The leader's Lease renewals are the one periodic write, and not a reconcile's.
+        .filter(|e| {
+            !e["requestURI"]
+                .as_str()
+                .unwrap_or("")
+                .contains("/apis/coordination.k8s.io/")
         })
         .map(|e| {
             format!(

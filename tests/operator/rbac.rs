@@ -78,6 +78,10 @@ async fn the_operator_runs_with_its_service_account() {
         &["create", "secrets", "-n", "default"],
         &["list", "secrets", "-A"],
         &["create", "events.events.k8s.io", "-n", "default"],
+        // R30: leader election, on the Lease in its own namespace.
+        &["get", "leases.coordination.k8s.io", "-n", "mutants"],
+        &["create", "leases.coordination.k8s.io", "-n", "mutants"],
+        &["update", "leases.coordination.k8s.io", "-n", "mutants"],
     ] {
         assert_eq!(can(allowed), "yes", "the operator needs: {allowed:?}");
     }
@@ -90,6 +94,9 @@ async fn the_operator_runs_with_its_service_account() {
         &["update", "deployments.apps", "-n", "default"],
         &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
         &["get", "configmaps", "-n", "default"],
+        &["update", "leases.coordination.k8s.io", "-n", "default"],
+        &["delete", "leases.coordination.k8s.io", "-n", "mutants"],
+        &["list", "leases.coordination.k8s.io", "-n", "mutants"],
     ] {
         assert_eq!(
             can(denied),
@@ -120,6 +127,10 @@ async fn the_operator_runs_with_its_service_account() {
         &[
             ("KUBECONFIG", kubeconfig.to_str().unwrap()),
             ("MUTANT_API_TOKEN", ADMIN),
+            // As in the cluster: the Lease in the operator's namespace, the only one its Role
+            // covers. Short, so a Lease left by an earlier (killed) run expires quickly.
+            ("POD_NAMESPACE", "mutants"),
+            ("MUTANT_LEASE_DURATION_SECONDS", "4"),
         ],
     );
     let f = Fixture { operator, ns };

@@ -1,0 +1,641 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, so several replicas can run (R30):
+//! one leader reconciles, every replica watches, caches and serves the HTTP API and metrics.
+//!
+//! The Lease `mutantops-leader` lives in the operator's namespace (`POD_NAMESPACE`; else the
+//! watch namespace; else `default`) and names its holder by `POD_NAME` (else
+//! `<hostname>-<pid>`). A replica takes a Lease that is absent, has no holder, or has not been
+//! renewed for its `leaseDurationSeconds`; the holder renews it every third of the duration. A
+//! leader that has not renewed for two thirds of the duration steps down at once, before any
+//! other replica may take over. Every write is a `create` or a `replace` carrying the
+//! `resourceVersion` that was read, so of two replicas racing for the Lease exactly one wins
+//! (the other gets 409). On shutdown the leader releases the Lease (no holder), so the next
+//! one takes over at once instead of waiting for it to expire.
+//!
+//! What to do with what was read is decided by the pure [`decide`] and [`next_spec`], which the
+//! unit tests below exercise; [`Elector::run`] does only the I/O and the timing.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::{SignedDuration, Timestamp},
+};
+use kube::{
+    Api, Client,
+    api::{PostParams, ResourceExt},
+};
+use tokio::{sync::watch, time::Instant};
+
+use crate::{config::Config, metrics::Metrics, shutdown::Shutdown};
+
+/// The name of the Lease.
+pub const LEASE_NAME: &str = "mutantops-leader";
+
+/// Where the Lease is, who this replica is, and the timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The Lease's namespace.
+    pub namespace: String,
+    /// This replica's `holderIdentity`.
+    pub identity: String,
+    /// How long a Lease stays valid without renewal (`leaseDurationSeconds`).
+    pub duration: Duration,
+}
+
+impl Settings {
+    /// From the configuration: `POD_NAMESPACE`, else the watch namespace, else `default`;
+    /// `POD_NAME`, else `<hostname>-<pid>`.
+    pub fn from_config(config: &Config) -> Settings {
+        let namespace = config
+            .pod_namespace
+            .clone()
+            .or_else(|| config.watch_namespace.clone())
+            .unwrap_or_else(|| "default".to_string());
+        let identity = config.pod_name.clone().unwrap_or_else(default_identity);
+        Settings {
+            namespace,
+            identity,
+            duration: config.lease_duration,
+        }
+    }
+
+    /// How often the leader renews: a third of the duration.
+    pub fn renew_every(&self) -> Duration {
+        self.duration / 3
+    }
+
+    /// How often a follower (or a leader whose renewal failed) tries again: a fifth.
+    pub fn retry_every(&self) -> Duration {
+        self.duration / 5
+    }
+
+    /// How long a leader may go without a successful renewal before it steps down: two
+    /// thirds, so it has stopped before the Lease expires for the others.
+    pub fn step_down_after(&self) -> Duration {
+        self.duration * 2 / 3
+    }
+
+    fn duration_seconds(&self) -> i32 {
+        i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX)
+    }
+}
+
+/// `<hostname>-<pid>`, the hostname from `HOSTNAME` or `/etc/hostname`.
+pub fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "mutantops".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+/// What one read of the Lease says, as far as the decision goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// `spec.holderIdentity`.
+    pub holder: Option<String>,
+    /// `spec.renewTime`.
+    pub renew_time: Option<Timestamp>,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_seconds: Option<i32>,
+}
+
+impl Observed {
+    /// The fields of a Lease that the decision reads.
+    pub fn of(lease: &Lease) -> Observed {
+        let spec = lease.spec.clone().unwrap_or_default();
+        Observed {
+            holder: spec.holder_identity,
+            renew_time: spec.renew_time.map(|t| t.0),
+            duration_seconds: spec.lease_duration_seconds,
+        }
+    }
+}
+
+/// What to do after reading the Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// There is no Lease: create it, held by this replica.
+    Create,
+    /// This replica holds it: renew it.
+    Renew,
+    /// It has no holder, or its holder let it expire: take it over.
+    TakeOver,
+    /// Another replica holds it and it has not expired: follow.
+    Follow {
+        /// The leader.
+        holder: String,
+    },
+}
+
+/// Decides what `me` does with the Lease as read at `now`. `default_duration` stands in for a
+/// Lease without `leaseDurationSeconds` (or a nonsensical one).
+///
+/// The Lease is expired when `renewTime + leaseDurationSeconds < now`; exactly at that instant
+/// it is still valid, and a `renewTime` in the future (clock skew) keeps it valid. A Lease
+/// held by someone else without any `renewTime` cannot be dated and counts as expired.
+pub fn decide(
+    lease: Option<&Observed>,
+    me: &str,
+    now: Timestamp,
+    default_duration: Duration,
+) -> Decision {
+    let Some(lease) = lease else {
+        return Decision::Create;
+    };
+    let holder = match lease.holder.as_deref() {
+        None | Some("") => return Decision::TakeOver,
+        Some(holder) if holder == me => return Decision::Renew,
+        Some(holder) => holder,
+    };
+    let Some(renewed) = lease.renew_time else {
+        return Decision::TakeOver;
+    };
+    let seconds = lease
+        .duration_seconds
+        .filter(|s| *s > 0)
+        .map_or_else(|| default_duration.as_secs() as i64, i64::from);
+    match renewed.checked_add(SignedDuration::from_secs(seconds)) {
+        Ok(expires) if expires < now => Decision::TakeOver,
+        // Valid, or so far in the future that it overflows: not ours to take.
+        _ => Decision::Follow {
+            holder: holder.to_string(),
+        },
+    }
+}
+
+/// The Lease spec to write for `decision` (`None` for [`Decision::Follow`]): held by `me`,
+/// renewed `now`, for `duration_seconds`. A take-over sets `acquireTime` and counts one more
+/// `leaseTransitions`; a renewal keeps both.
+pub fn next_spec(
+    decision: &Decision,
+    old: Option<&LeaseSpec>,
+    me: &str,
+    now: Timestamp,
+    duration_seconds: i32,
+) -> Option<LeaseSpec> {
+    let old = old.cloned().unwrap_or_default();
+    let now = Some(MicroTime(now));
+    let spec = match decision {
+        Decision::Follow { .. } => return None,
+        Decision::Create => LeaseSpec {
+            acquire_time: now.clone(),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        },
+        Decision::Renew => LeaseSpec {
+            acquire_time: old.acquire_time.clone().or_else(|| now.clone()),
+            ..old
+        },
+        Decision::TakeOver => LeaseSpec {
+            acquire_time: now.clone(),
+            lease_transitions: Some(old.lease_transitions.unwrap_or(0).saturating_add(1)),
+            ..old
+        },
+    };
+    Some(LeaseSpec {
+        holder_identity: Some(me.to_string()),
+        renew_time: now,
+        lease_duration_seconds: Some(duration_seconds),
+        ..spec
+    })
+}
+
+/// The spec of a released Lease: no holder, so the next replica takes it at once (and a
+/// client that waits for expiry instead waits one second).
+pub fn released_spec(old: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: None,
+        renew_time: Some(MicroTime(now)),
+        lease_duration_seconds: Some(1),
+        ..old.cloned().unwrap_or_default()
+    }
+}
+
+/// What one attempt came to.
+#[derive(Debug)]
+enum Attempt {
+    /// This replica holds the Lease now.
+    Leading,
+    /// Another replica holds it.
+    Following(String),
+    /// Another write got there first (409); this replica does not hold it this round.
+    Lost,
+}
+
+/// Runs the election for this replica and publishes whether it leads.
+pub struct Elector {
+    api: Api<Lease>,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    leader: watch::Sender<bool>,
+}
+
+impl Elector {
+    /// An elector that has not run yet (not leading), and the receiver of its state.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> (Elector, watch::Receiver<bool>) {
+        let (leader, rx) = watch::channel(false);
+        metrics.set_leader(false);
+        let api = Api::namespaced(client, &settings.namespace);
+        (
+            Elector {
+                api,
+                settings,
+                metrics,
+                leader,
+            },
+            rx,
+        )
+    }
+
+    /// Takes part in the election until `stop` resolves, then releases the Lease if this
+    /// replica holds it. Fire `stop` only once the controllers have stopped, so that no
+    /// reconcile runs after the Lease is released.
+    pub async fn run(self, stop: Shutdown) {
+        let s = &self.settings;
+        tracing::info!(
+            lease = LEASE_NAME,
+            namespace = %s.namespace,
+            identity = %s.identity,
+            duration = ?s.duration,
+            "taking part in leader election"
+        );
+        // While leading: when the last successful renewal was sent.
+        let mut renewed: Option<Instant> = None;
+        let mut last_leader: Option<String> = None;
+        let stopped = stop.wait();
+        tokio::pin!(stopped);
+        loop {
+            let started = Instant::now();
+            let limit = match renewed {
+                Some(at) => at + s.step_down_after(),
+                None => started + s.retry_every(),
+            };
+            let attempt = tokio::select! {
+                () = &mut stopped => break,
+                attempt = tokio::time::timeout_at(limit, self.attempt()) => attempt,
+            };
+            let mut next = Instant::now() + s.retry_every();
+            match attempt {
+                Ok(Ok(Attempt::Leading)) => {
+                    if renewed.is_none() {
+                        self.transition(true, "acquired the lease; this replica is the leader");
+                    }
+                    renewed = Some(started);
+                    next = started + s.renew_every();
+                }
+                Ok(Ok(Attempt::Following(holder))) => {
+                    if renewed.take().is_some() {
+                        self.transition(false, "another replica holds the lease; stepping down");
+                    }
+                    if last_leader.as_deref() != Some(holder.as_str()) {
+                        tracing::info!(leader = %holder, "following the leader");
+                        last_leader = Some(holder);
+                    }
+                }
+                // A leader that lost a race retries within its deadline: the next read tells
+                // whether someone else really took the Lease.
+                Ok(Ok(Attempt::Lost)) => {
+                    tracing::debug!("the lease was written concurrently");
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %crate::cli::error_chain(&err), "leader election failed; retrying");
+                }
+                Err(_) => tracing::warn!("leader election timed out; retrying"),
+            }
+            if let Some(at) = renewed {
+                let deadline = at + s.step_down_after();
+                if Instant::now() >= deadline {
+                    renewed = None;
+                    self.transition(false, "could not renew the lease in time; stepping down");
+                } else {
+                    next = next.min(deadline);
+                }
+            }
+            tokio::select! {
+                () = &mut stopped => break,
+                () = tokio::time::sleep_until(next) => {}
+            }
+        }
+        if renewed.is_some() {
+            self.transition(false, "shutting down; releasing the lease");
+            match tokio::time::timeout(s.retry_every(), self.release()).await {
+                Ok(Ok(())) => tracing::info!("released the lease"),
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %crate::cli::error_chain(&err), "releasing the lease failed")
+                }
+                Err(_) => tracing::warn!("releasing the lease timed out"),
+            }
+        }
+    }
+
+    /// Publishes a change of leadership and logs it.
+    fn transition(&self, leading: bool, message: &str) {
+        self.leader.send_replace(leading);
+        self.metrics.set_leader(leading);
+        tracing::info!(leader = leading, identity = %self.settings.identity, "{message}");
+    }
+
+    /// One read, decision and (unless following) write.
+    async fn attempt(&self) -> crate::Result<Attempt> {
+        let me = &self.settings.identity;
+        let now = Timestamp::now();
+        let existing = self.api.get_opt(LEASE_NAME).await?;
+        let observed = existing.as_ref().map(Observed::of);
+        let decision = decide(observed.as_ref(), me, now, self.settings.duration);
+        let old_spec = existing.as_ref().and_then(|l| l.spec.as_ref());
+        let seconds = self.settings.duration_seconds();
+        let Some(spec) = next_spec(&decision, old_spec, me, now, seconds) else {
+            return Ok(match decision {
+                Decision::Follow { holder } => Attempt::Following(holder),
+                _ => Attempt::Lost,
+            });
+        };
+        let written = match existing {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(LEASE_NAME.to_string()),
+                        namespace: Some(self.settings.namespace.clone()),
+                        labels: Some(
+                            [(
+                                "app.kubernetes.io/name".to_string(),
+                                "mutantops".to_string(),
+                            )]
+                            .into(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(spec),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(mut lease) => {
+                // Replace carries the resourceVersion that was read: optimistic concurrency.
+                lease.spec = Some(spec);
+                self.api
+                    .replace(LEASE_NAME, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match written {
+            Ok(_) => Ok(Attempt::Leading),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::Lost),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Gives up the Lease if this replica still holds it.
+    async fn release(&self) -> crate::Result<()> {
+        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+            return Ok(());
+        };
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref());
+        if holder != Some(self.settings.identity.as_str()) {
+            return Ok(());
+        }
+        lease.spec = Some(released_spec(lease.spec.as_ref(), Timestamp::now()));
+        match self
+            .api
+            .replace(&lease.name_any(), &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Someone else wrote it meanwhile: it is no longer ours to release.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+/// A stream that yields once each time `leader` turns true: hand it to
+/// `Controller::reconcile_all_on` so a new leader reconciles every owner it has cached.
+pub fn became_leader(
+    leader: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(leader, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                return Some(((), rx));
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a failed step must fail the test")]
+
+    use super::*;
+
+    const D: Duration = Duration::from_secs(15);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    fn held(holder: Option<&str>, renewed: Option<i64>, seconds: Option<i32>) -> Observed {
+        Observed {
+            holder: holder.map(str::to_string),
+            renew_time: renewed.map(at),
+            duration_seconds: seconds,
+        }
+    }
+
+    fn follow(holder: &str) -> Decision {
+        Decision::Follow {
+            holder: holder.to_string(),
+        }
+    }
+
+    #[test]
+    fn absent_is_created() {
+        assert_eq!(decide(None, "me", at(0), D), Decision::Create);
+    }
+
+    #[test]
+    fn held_by_another_is_followed_until_it_expires() {
+        let lease = held(Some("other"), Some(0), Some(15));
+        assert_eq!(decide(Some(&lease), "me", at(0), D), follow("other"));
+        assert_eq!(decide(Some(&lease), "me", at(10), D), follow("other"));
+        // Exactly at renewTime + duration it is still valid; a moment later it is not.
+        assert_eq!(decide(Some(&lease), "me", at(15), D), follow("other"));
+        let just_after = at(15).checked_add(SignedDuration::from_millis(1)).unwrap();
+        assert_eq!(
+            decide(Some(&lease), "me", just_after, D),
+            Decision::TakeOver
+        );
+        assert_eq!(decide(Some(&lease), "me", at(100), D), Decision::TakeOver);
+    }
+
+    #[test]
+    fn the_lease_says_how_long_it_lasts() {
+        let short = held(Some("other"), Some(0), Some(4));
+        assert_eq!(decide(Some(&short), "me", at(5), D), Decision::TakeOver);
+        // Without (or with a nonsensical) duration, ours is used.
+        for seconds in [None, Some(0), Some(-3)] {
+            let lease = held(Some("other"), Some(0), seconds);
+            assert_eq!(decide(Some(&lease), "me", at(5), D), follow("other"));
+            assert_eq!(decide(Some(&lease), "me", at(16), D), Decision::TakeOver);
+        }
+    }
+
+    #[test]
+    fn held_by_me_is_renewed_even_when_expired() {
+        for now in [0, 10, 1000] {
+            let lease = held(Some("me"), Some(0), Some(15));
+            assert_eq!(decide(Some(&lease), "me", at(now), D), Decision::Renew);
+        }
+    }
+
+    #[test]
+    fn without_a_holder_it_is_taken() {
+        for holder in [None, Some("")] {
+            let lease = held(holder, Some(0), Some(15));
+            assert_eq!(decide(Some(&lease), "me", at(0), D), Decision::TakeOver);
+        }
+    }
+
+    #[test]
+    fn clock_edges() {
+        // Renewed in our future (the other's clock runs ahead): valid.
+        let ahead = held(Some("other"), Some(60), Some(15));
+        assert_eq!(decide(Some(&ahead), "me", at(0), D), follow("other"));
+        // A holder without renewTime cannot be dated: expired.
+        let undated = held(Some("other"), None, Some(15));
+        assert_eq!(decide(Some(&undated), "me", at(0), D), Decision::TakeOver);
+        // renewTime + duration beyond the representable range: not expired, no panic.
+        let far = Observed {
+            holder: Some("other".into()),
+            renew_time: Some(Timestamp::MAX),
+            duration_seconds: Some(i32::MAX),
+        };
+        assert_eq!(decide(Some(&far), "me", at(0), D), follow("other"));
+        // The identity compares exactly.
+        let similar = held(Some("me-2"), Some(0), Some(15));
+        assert_eq!(decide(Some(&similar), "me", at(1), D), follow("me-2"));
+    }
+
+    #[test]
+    fn specs_written() {
+        let old = LeaseSpec {
+            holder_identity: Some("other".into()),
+            acquire_time: Some(MicroTime(at(-100))),
+            renew_time: Some(MicroTime(at(-20))),
+            lease_duration_seconds: Some(15),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        };
+        assert_eq!(
+            next_spec(&follow("other"), Some(&old), "me", at(0), 15),
+            None
+        );
+
+        let created = next_spec(&Decision::Create, None, "me", at(0), 15).unwrap();
+        assert_eq!(created.holder_identity.as_deref(), Some("me"));
+        assert_eq!(created.acquire_time, Some(MicroTime(at(0))));
+        assert_eq!(created.renew_time, Some(MicroTime(at(0))));
+        assert_eq!(created.lease_duration_seconds, Some(15));
+        assert_eq!(created.lease_transitions, Some(0));
+
+        let taken = next_spec(&Decision::TakeOver, Some(&old), "me", at(0), 4).unwrap();
+        assert_eq!(taken.holder_identity.as_deref(), Some("me"));
+        assert_eq!(taken.acquire_time, Some(MicroTime(at(0))));
+        assert_eq!(taken.renew_time, Some(MicroTime(at(0))));
+        assert_eq!(taken.lease_duration_seconds, Some(4));
+        assert_eq!(taken.lease_transitions, Some(4));
+
+        let mine = LeaseSpec {
+            holder_identity: Some("me".into()),
+            ..old.clone()
+        };
+        let renewed = next_spec(&Decision::Renew, Some(&mine), "me", at(0), 15).unwrap();
+        assert_eq!(renewed.acquire_time, Some(MicroTime(at(-100))));
+        assert_eq!(renewed.renew_time, Some(MicroTime(at(0))));
+        assert_eq!(renewed.lease_transitions, Some(3));
+
+        let released = released_spec(Some(&mine), at(5));
+        assert_eq!(released.holder_identity, None);
+        assert_eq!(released.lease_duration_seconds, Some(1));
+        assert_eq!(released.lease_transitions, Some(3));
+        // A released Lease is taken at once by the next replica.
+        let observed = Observed {
+            holder: released.holder_identity.clone(),
+            renew_time: released.renew_time.as_ref().map(|t| t.0),
+            duration_seconds: released.lease_duration_seconds,
+        };
+        assert_eq!(
+            decide(Some(&observed), "next", at(5), D),
+            Decision::TakeOver
+        );
+    }
+
+    #[test]
+    fn timings_follow_the_duration() {
+        let s = Settings {
+            namespace: "ns".into(),
+            identity: "me".into(),
+            duration: D,
+        };
+        assert_eq!(s.renew_every(), Duration::from_secs(5));
+        assert_eq!(s.retry_every(), Duration::from_secs(3));
+        assert_eq!(s.step_down_after(), Duration::from_secs(10));
+        assert!(s.step_down_after() < s.duration);
+    }
+
+    #[test]
+    fn settings_defaults() {
+        let config = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, std::ffi::OsString)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect();
+            Config::from_env(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+                .unwrap()
+        };
+        let s = Settings::from_config(&config(&[]));
+        assert_eq!(s.namespace, "default");
+        assert!(
+            s.identity.ends_with(&format!("-{}", std::process::id())),
+            "{}",
+            s.identity
+        );
+        let s = Settings::from_config(&config(&[("MUTANT_WATCH_NAMESPACE", "edge")]));
+        assert_eq!(s.namespace, "edge");
+        let s = Settings::from_config(&config(&[
+            ("MUTANT_WATCH_NAMESPACE", "edge"),
+            ("POD_NAMESPACE", "mutants"),
+            ("POD_NAME", "pod-1"),
+        ]));
+        assert_eq!(
+            (s.namespace.as_str(), s.identity.as_str()),
+            ("mutants", "pod-1")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_stream_yields_on_each_rise() {
+        use futures::StreamExt;
+        let (tx, rx) = watch::channel(false);
+        let mut rises = Box::pin(became_leader(rx));
+        tx.send_replace(true);
+        assert_eq!(rises.next().await, Some(()));
+        tx.send_replace(false);
+        tx.send_replace(true);
+        assert_eq!(rises.next().await, Some(()));
+        tx.send_replace(false);
+        drop(tx);
+        assert_eq!(rises.next().await, None);
+    }
+}
