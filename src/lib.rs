@@ -8,6 +8,7 @@ pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod connect;
 pub mod controller;
 pub mod crd;
 pub mod http;
@@ -27,7 +28,7 @@ pub enum Error {
 
     /// No usable connection settings for the Kubernetes API (in cluster or kubeconfig).
     #[error("cannot load Kubernetes client configuration: {0}")]
-    KubeConfig(#[source] kube::config::InferConfigError),
+    KubeConfig(String),
 
     /// A request to the Kubernetes API server failed.
     #[error("kubernetes api: {0}")]

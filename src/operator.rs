@@ -6,11 +6,11 @@ use kube::Client;
 use std::sync::Arc;
 
 use crate::{
-    Error, Result,
+    Result,
     admin::{self, AdminState},
     api::{self, ApiState, auth::Auth},
     config::Config,
-    controller,
+    connect, controller,
     http::{self, ServerConfig},
     lease::{self, Elector},
     metrics::Metrics,
@@ -21,14 +21,9 @@ use crate::{
 /// and metrics, so the operator's own traffic can be told apart.
 pub const USER_AGENT: &str = concat!("mutantops/", env!("CARGO_PKG_VERSION"));
 
-/// A client from the in-cluster service account or the local kubeconfig.
+/// A client from the local kubeconfig or the in-cluster ServiceAccount (see [`connect`]).
 pub async fn client() -> Result<Client> {
-    let mut config = kube::Config::infer().await.map_err(Error::KubeConfig)?;
-    config.headers.push((
-        hyper::header::USER_AGENT,
-        hyper::header::HeaderValue::from_static(USER_AGENT),
-    ));
-    Ok(Client::try_from(config)?)
+    connect::client(USER_AGENT).await
 }
 
 /// Connects to the Kubernetes API (service account in a cluster, kubeconfig outside) and runs

@@ -68,3 +68,45 @@ fn bad_configuration_exits_non_zero_and_names_the_variable() {
         assert!(text.contains(name), "{name}={value}: {text}");
     }
 }
+
+/// A kubeconfig that asks for an authentication method the operator does not implement is a
+/// start-up error naming the setting, before any connection is tried; so is one that names no
+/// cluster at all.
+#[test]
+fn unsupported_kubeconfig_exits_non_zero_and_names_the_setting() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-kubeconfig");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, user, named) in [
+        (
+            "exec",
+            "exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}",
+            "`exec`",
+        ),
+        ("provider", "auth-provider: {name: oidc}", "`auth-provider`"),
+        ("basic", "username: a, password: b", "basic authentication"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:1'}}}}]\n\
+                 users: [{{name: u, user: {{{user}}}}}]\n\
+                 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+                 current-context: x\n"
+            ),
+        )
+        .unwrap();
+        let out = mutantops(&["run"], &[("KUBECONFIG", path.to_str().unwrap())]);
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            text.contains(named) && text.contains("not supported"),
+            "{name}: {text}"
+        );
+    }
+
+    let out = mutantops(&["run"], &[("KUBECONFIG", "/nonexistent/kubeconfig")]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("/nonexistent/kubeconfig"), "{text}");
+}

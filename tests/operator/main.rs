@@ -17,6 +17,7 @@ mod api_concurrency;
 mod api_input;
 mod api_walkthrough;
 mod conflicts;
+mod connect;
 mod examples;
 mod invalid;
 mod leader;

@@ -1,0 +1,533 @@
+//! The connection to the Kubernetes API server.
+//!
+//! kube's ready-made client ([`kube::Client::try_from`]) speaks every authentication method a
+//! kubeconfig can name: exec plugins, auth providers with JSONPath queries, OIDC refresh. Those
+//! bring a regular-expression engine, a JSONPath engine and a second YAML parser, about 0.9 MiB
+//! of the binary, for methods an operator in its own cluster never uses. This module builds the
+//! same stack (rustls with ring, connect/read/write timeouts, kube's retry of 429/503/504,
+//! impersonation headers) with the methods an operator needs:
+//!
+//! - in a cluster: the ServiceAccount token file and the cluster's CA file, both read again
+//!   every minute because bound tokens rotate, and so may the CA;
+//! - with a kubeconfig (development, tests, running beside the cluster): a bearer `token` or
+//!   `tokenFile`, or a client certificate and key, and the cluster's CA (or the system's roots
+//!   when the kubeconfig names none).
+//!
+//! Where the settings come from, first match wins (the order of client-go and
+//! controller-runtime): the files in `KUBECONFIG`; the cluster the process runs in
+//! (`KUBERNETES_SERVICE_HOST`); `~/.kube/config`. A kubeconfig that asks for anything else (an
+//! exec plugin, an auth provider, a username and password, `insecure-skip-tls-verify`, a proxy)
+//! is refused with an error that names the setting, rather than connecting some other way.
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use base64::Engine as _;
+use hyper::{
+    Request,
+    header::{AUTHORIZATION, HeaderValue},
+};
+use hyper_rustls::{ConfigBuilderExt as _, FixedServerNameResolver, HttpsConnectorBuilder};
+use hyper_timeout::TimeoutConnector;
+use hyper_util::{
+    client::legacy::{Client as HttpClient, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use kube::{
+    Client,
+    client::{Body, ClientBuilder, ConfigExt as _, retry::RetryPolicy},
+    config::{AuthInfo, KubeConfigOptions, Kubeconfig},
+};
+use rustls::{
+    ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    client::{
+        WebPkiServerVerifier,
+        danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    },
+    pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject as _},
+};
+use secrecy::ExposeSecret as _;
+use tower::{BoxError, ServiceBuilder, retry::RetryLayer};
+
+use crate::{Error, Result};
+
+/// How often a token file or the in-cluster CA file is read again: projected ServiceAccount
+/// tokens are replaced by the kubelet well before they expire (at 80% of their life, at least
+/// an hour), the CA when the cluster's CA is rotated; client-go re-reads on the same schedule.
+const FILE_REFRESH: Duration = Duration::from_secs(60);
+
+/// Where the connection settings come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The kubeconfig files listed in `KUBECONFIG`, merged in order.
+    Kubeconfig(Vec<PathBuf>),
+    /// The cluster the process runs in: its ServiceAccount and `KUBERNETES_SERVICE_HOST`.
+    InCluster,
+}
+
+/// Picks the source from the environment, as client-go does: `KUBECONFIG` when it names at
+/// least one file, else the cluster when `KUBERNETES_SERVICE_HOST` is set, else
+/// `~/.kube/config` when it exists.
+pub fn source(
+    env: impl Fn(&str) -> Option<OsString>,
+    exists: impl Fn(&Path) -> bool,
+) -> Result<Source> {
+    if let Some(value) = env("KUBECONFIG") {
+        let paths: Vec<PathBuf> = std::env::split_paths(&value)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        if !paths.is_empty() {
+            return Ok(Source::Kubeconfig(paths));
+        }
+    }
+    if env("KUBERNETES_SERVICE_HOST").is_some_and(|h| !h.is_empty()) {
+        return Ok(Source::InCluster);
+    }
+    if let Some(home) = env("HOME").filter(|h| !h.is_empty()) {
+        let path = Path::new(&home).join(".kube").join("config");
+        if exists(&path) {
+            return Ok(Source::Kubeconfig(vec![path]));
+        }
+    }
+    Err(Error::KubeConfig(
+        "no connection settings: KUBECONFIG is unset, KUBERNETES_SERVICE_HOST is unset (not in \
+         a cluster) and there is no ~/.kube/config"
+            .to_owned(),
+    ))
+}
+
+/// A client for the API server named by the environment, sending `user_agent` with every
+/// request.
+pub async fn client(user_agent: &'static str) -> Result<Client> {
+    let source = source(|name| std::env::var_os(name), Path::exists)?;
+    let mut config = load(&source).await?;
+    config.headers.push((
+        hyper::header::USER_AGENT,
+        HeaderValue::from_static(user_agent),
+    ));
+    build(config)
+}
+
+/// The kube configuration for a source.
+pub async fn load(source: &Source) -> Result<kube::Config> {
+    match source {
+        Source::InCluster => kube::Config::incluster()
+            .map_err(|e| Error::KubeConfig(format!("in-cluster configuration: {e}"))),
+        Source::Kubeconfig(paths) => {
+            let mut merged = Kubeconfig::default();
+            for path in paths {
+                merged = merged
+                    .merge(read_kubeconfig(path)?)
+                    .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
+            }
+            let files = paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":");
+            kube::Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::KubeConfig(format!("kubeconfig {files}: {e}")))
+        }
+    }
+}
+
+/// Reads one kubeconfig file; file paths in it are relative to its directory, as kubectl has
+/// them.
+pub fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
+    parse_kubeconfig(&text, path.parent())
+        .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))
+}
+
+/// Parses a kubeconfig; relative file paths in it are taken relative to `dir`.
+pub fn parse_kubeconfig(text: &str, dir: Option<&Path>) -> std::result::Result<Kubeconfig, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut config: Kubeconfig = if text.trim().is_empty() {
+        Kubeconfig::default()
+    } else {
+        serde_yaml::from_str(text).map_err(|e| format!("not a kubeconfig: {e}"))?
+    };
+    let Some(dir) = dir else {
+        return Ok(config);
+    };
+    let absolute = |path: &mut Option<String>| {
+        if let Some(p) = path.as_deref()
+            && Path::new(p).is_relative()
+            && let Some(joined) = dir.join(p).to_str()
+        {
+            *path = Some(joined.to_owned());
+        }
+    };
+    for named in &mut config.clusters {
+        if let Some(cluster) = &mut named.cluster {
+            absolute(&mut cluster.certificate_authority);
+        }
+    }
+    for named in &mut config.auth_infos {
+        if let Some(user) = &mut named.auth_info {
+            absolute(&mut user.client_certificate);
+            absolute(&mut user.client_key);
+            absolute(&mut user.token_file);
+        }
+    }
+    Ok(config)
+}
+
+/// The client for a configuration: TLS, timeouts, retries, credentials, extra headers.
+pub fn build(config: kube::Config) -> Result<Client> {
+    build_with_refresh(config, FILE_REFRESH)
+}
+
+/// [`build`], with the interval after which a token file or CA file is read again.
+pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Client> {
+    refuse_unsupported(&config).map_err(Error::KubeConfig)?;
+    let credential =
+        Credential::from_auth_info(&config.auth_info, refresh).map_err(Error::KubeConfig)?;
+    let tls = tls_config(&config, refresh).map_err(Error::KubeConfig)?;
+
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let https = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let https = match &config.tls_server_name {
+        Some(name) => {
+            let name = ServerName::try_from(name.clone()).map_err(|e| {
+                Error::KubeConfig(format!("tls-server-name {name:?} is not a valid name: {e}"))
+            })?;
+            https.with_server_name_resolver(FixedServerNameResolver::new(name))
+        }
+        None => https,
+    };
+    let mut connector = TimeoutConnector::new(https.enable_http1().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http_client: HttpClient<_, Body> =
+        HttpClient::builder(TokioExecutor::new()).build(connector);
+
+    let extra_headers = config
+        .extra_headers_layer()
+        .map_err(|e| Error::KubeConfig(format!("headers: {e}")))?;
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .map_request(move |mut request: Request<Body>| {
+            if let Some(value) = credential.header() {
+                request.headers_mut().insert(AUTHORIZATION, value);
+            }
+            request
+        })
+        .layer(extra_headers)
+        .map_err(BoxError::from)
+        .service(http_client);
+    Ok(ClientBuilder::new(service, config.default_namespace).build())
+}
+
+/// Settings this client does not implement, named so that the user can change them.
+fn refuse_unsupported(config: &kube::Config) -> std::result::Result<(), String> {
+    let user = &config.auth_info;
+    let refused = if user.exec.is_some() {
+        "the user's `exec` credential plugin"
+    } else if user.auth_provider.is_some() {
+        "the user's `auth-provider`"
+    } else if user.username.is_some() || user.password.is_some() {
+        "the user's `username`/`password` (basic authentication, gone from Kubernetes since 1.19)"
+    } else if config.accept_invalid_certs {
+        "the cluster's `insecure-skip-tls-verify`"
+    } else if config.proxy_url.is_some() {
+        "the cluster's `proxy-url`"
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "{refused} is not supported: mutantops authenticates with its ServiceAccount in a \
+         cluster, and with a `token`, `tokenFile` or client certificate from a kubeconfig, \
+         verifying the server against the cluster's `certificate-authority`"
+    ))
+}
+
+/// The `Authorization` header of every request, if any.
+#[derive(Clone)]
+enum Credential {
+    /// Client certificate only (or an unauthenticated test server).
+    None,
+    Bearer(HeaderValue),
+    TokenFile(Arc<TokenFile>),
+}
+
+impl Credential {
+    /// client-go's precedence: `token` over `tokenFile`.
+    fn from_auth_info(user: &AuthInfo, refresh: Duration) -> std::result::Result<Self, String> {
+        if let Some(token) = &user.token {
+            return bearer(token.expose_secret())
+                .map(Credential::Bearer)
+                .map_err(|e| format!("kubeconfig token: {e}"));
+        }
+        if let Some(path) = &user.token_file {
+            return TokenFile::new(PathBuf::from(path), refresh)
+                .map(|f| Credential::TokenFile(Arc::new(f)));
+        }
+        Ok(Credential::None)
+    }
+
+    fn header(&self) -> Option<HeaderValue> {
+        match self {
+            Credential::None => None,
+            Credential::Bearer(value) => Some(value.clone()),
+            Credential::TokenFile(file) => Some(file.header()),
+        }
+    }
+}
+
+/// `Bearer <token>`, marked sensitive so that it is never logged.
+fn bearer(token: &str) -> std::result::Result<HeaderValue, String> {
+    let token = token.trim();
+    if token.is_empty() {
+        return Err("empty token".to_owned());
+    }
+    let mut value = HeaderValue::try_from(format!("Bearer {token}"))
+        .map_err(|_| "the token has characters a header cannot carry".to_owned())?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// A token read from a file, read again once `refresh` has passed. A failed read keeps the
+/// last good token (the kubelet replaces the file atomically, so a failure is transient) and is
+/// tried again after the next `refresh`.
+pub(crate) struct TokenFile {
+    path: PathBuf,
+    refresh: Duration,
+    current: Mutex<(HeaderValue, Instant)>,
+}
+
+impl TokenFile {
+    /// Reads the file once; a file that cannot be read or holds no token is an error here.
+    pub(crate) fn new(path: PathBuf, refresh: Duration) -> std::result::Result<Self, String> {
+        let value = Self::read(&path)?;
+        Ok(Self {
+            path,
+            refresh,
+            current: Mutex::new((value, Instant::now())),
+        })
+    }
+
+    fn read(path: &Path) -> std::result::Result<HeaderValue, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("token file {}: {e}", path.display()))?;
+        bearer(&text).map_err(|e| format!("token file {}: {e}", path.display()))
+    }
+
+    /// The header for the current token.
+    pub(crate) fn header(&self) -> HeaderValue {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.1.elapsed() >= self.refresh {
+            match Self::read(&self.path) {
+                Ok(value) => current.0 = value,
+                Err(e) => tracing::warn!("{e}; keeping the token read before"),
+            }
+            current.1 = Instant::now();
+        }
+        current.0.clone()
+    }
+}
+
+/// rustls with ring: the cluster's CA (or the system's roots when none is configured) and the
+/// client certificate, if any.
+fn tls_config(
+    config: &kube::Config,
+    refresh: Duration,
+) -> std::result::Result<ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match (&config.root_cert_file, &config.root_cert) {
+        // In a cluster: the CA file of the ServiceAccount volume, which changes when the
+        // cluster's CA is rotated.
+        (Some(path), _) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ReloadingVerifier::new(
+                path.clone(),
+                refresh,
+            )?)),
+        (None, Some(ders)) => {
+            let mut roots = RootCertStore::empty();
+            for der in ders {
+                roots
+                    .add(CertificateDer::from(der.clone()))
+                    .map_err(|e| format!("certificate-authority: {e}"))?;
+            }
+            builder.with_root_certificates(roots)
+        }
+        (None, None) => builder
+            .with_native_roots()
+            .map_err(|e| format!("no certificate-authority, and the system's roots: {e}"))?,
+    };
+    match client_identity(&config.auth_info)? {
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("client certificate and key: {e}")),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// Verifies the server against the CA certificates in a file, read again once `refresh` has
+/// passed, so that new connections trust a rotated CA without a restart. Connections already
+/// open are not affected. A failed read keeps the CA read before and is tried again after the
+/// next `refresh`.
+#[derive(Debug)]
+pub(crate) struct ReloadingVerifier {
+    path: PathBuf,
+    refresh: Duration,
+    current: Mutex<(Arc<WebPkiServerVerifier>, Instant)>,
+}
+
+impl ReloadingVerifier {
+    /// Reads the file once; a file that cannot be read or holds no certificate is an error here.
+    pub(crate) fn new(path: PathBuf, refresh: Duration) -> std::result::Result<Self, String> {
+        let verifier = Self::load(&path)?;
+        Ok(Self {
+            path,
+            refresh,
+            current: Mutex::new((verifier, Instant::now())),
+        })
+    }
+
+    fn load(path: &Path) -> std::result::Result<Arc<WebPkiServerVerifier>, String> {
+        let what = || format!("certificate-authority {}", path.display());
+        let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", what()))?;
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| format!("{}: {e}", what()))?;
+            roots.add(cert).map_err(|e| format!("{}: {e}", what()))?;
+        }
+        if roots.is_empty() {
+            return Err(format!("{}: no PEM CERTIFICATE block", what()));
+        }
+        WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .map_err(|e| format!("{}: {e}", what()))
+    }
+
+    /// The verifier for the CA in the file now.
+    pub(crate) fn current(&self) -> Arc<WebPkiServerVerifier> {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.1.elapsed() >= self.refresh {
+            match Self::load(&self.path) {
+                Ok(verifier) => current.0 = verifier,
+                Err(e) => tracing::warn!("{e}; keeping the CA read before"),
+            }
+            current.1 = Instant::now();
+        }
+        current.0.clone()
+    }
+}
+
+impl ServerCertVerifier for ReloadingVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        self.current().verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// The client certificate chain and key of a kubeconfig user, from `*-data` (base64) or files.
+pub(crate) fn client_identity(user: &AuthInfo) -> std::result::Result<Option<Identity>, String> {
+    let cert = load_pem(
+        "client-certificate",
+        user.client_certificate_data.as_deref(),
+        user.client_certificate.as_deref(),
+    )?;
+    let key = load_pem(
+        "client-key",
+        user.client_key_data.as_ref().map(|k| k.expose_secret()),
+        user.client_key.as_deref(),
+    )?;
+    let (cert, key) = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => return Err("client-certificate without client-key".to_owned()),
+        (None, Some(_)) => return Err("client-key without client-certificate".to_owned()),
+        (Some(cert), Some(key)) => (cert, key),
+    };
+    let chain = CertificateDer::pem_slice_iter(&cert)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("client-certificate: {e}"))?;
+    if chain.is_empty() {
+        return Err("client-certificate: no PEM CERTIFICATE block".to_owned());
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| format!("client-key: {e}"))?;
+    Ok(Some((chain, key)))
+}
+
+/// PEM bytes from base64 `data` or, when there is none, from `file`.
+fn load_pem(
+    what: &str,
+    data: Option<&str>,
+    file: Option<&str>,
+) -> std::result::Result<Option<Vec<u8>>, String> {
+    if let Some(data) = data {
+        return base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map(Some)
+            .map_err(|e| format!("{what}-data is not base64: {e}"));
+    }
+    match file {
+        Some(path) => std::fs::read(path)
+            .map(Some)
+            .map_err(|e| format!("{what} {path}: {e}")),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests;
