@@ -297,19 +297,6 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
         return Ok(http::method_not_allowed(route.allowed()));
     }
     check_names(&route)?;
-    let ns = match &route {
-        Route::Mutations { ns }
-        | Route::Mutation { ns, .. }
-        | Route::Variants { ns, .. }
-        | Route::Variant { ns, .. } => *ns,
-    };
-    if let Some(served) = &state.namespace
-        && served != ns
-    {
-        return Err(ApiError::not_found(format!(
-            "this operator serves only namespace {served:?}"
-        )));
-    }
     if !state.caches.ready() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -326,6 +313,15 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
         .auth
         .caller(req.headers(), &state.caches, ns, mutation)
         .ok_or_else(ApiError::unauthorized)?;
+    // After the token, so that only the admin learns which namespace is served: no Mutation of
+    // another namespace is cached, so any other token got 401 above.
+    if let Some(served) = &state.namespace
+        && served != ns
+    {
+        return Err(ApiError::not_found(format!(
+            "this operator serves only namespace {served:?}"
+        )));
+    }
     let admin = || {
         if caller == Caller::Admin {
             Ok(())
@@ -380,8 +376,48 @@ async fn read_json<T: DeserializeOwned>(
             let response = e.response();
             ApiError::new(response.status(), e.to_string())
         })?;
+    if json_depth(&bytes) > MAX_JSON_DEPTH {
+        return Err(ApiError::bad_request(format!(
+            "invalid request body: nested deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+}
+
+/// The deepest nesting of arrays and objects a request body may have. The operator's
+/// Kubernetes client decodes objects with serde_json's limit of 128 levels, and a Mutation's
+/// base sits deeper in a watch event or a list than in the request that made it: a body
+/// nested close to that limit would be stored and then break every list of Mutations. A real
+/// Deployment is about a dozen levels deep.
+const MAX_JSON_DEPTH: usize = 64;
+
+/// How deeply arrays and objects nest in JSON text (brackets inside strings do not count).
+/// Malformed text gets a number too; the parser rejects it afterwards.
+fn json_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// A Mutation from the cache. For a caller that may not see it, and for one that does not
@@ -510,6 +546,16 @@ mod tests {
         .map(|p| route(p).map_or(0, |r| r.allowed().len()))
         .sum();
         assert_eq!(count, ROUTES.len());
+    }
+
+    #[test]
+    fn json_depth_counts_brackets_outside_strings() {
+        // R24
+        assert_eq!(json_depth(b"1"), 0);
+        assert_eq!(json_depth(br#"{"a":[1,{"b":[]}]}"#), 4);
+        assert_eq!(json_depth(br#"{"a":"[[[{{{\"[["}"#), 1);
+        assert_eq!(json_depth(br#"[[]][[[]]]"#), 3);
+        assert_eq!(json_depth("[".repeat(100_000).as_bytes()), 100_000);
     }
 
     #[test]

@@ -145,7 +145,7 @@ where
     F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError>,
 {
     let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
-    let _queued = state.edits.lock(ns, name).await;
+    let queued = state.edits.lock(ns, name).await;
     for attempt in 1..=MAX_ATTEMPTS {
         let Some(current) = api.get_opt(name).await? else {
             return Err(ApiError::not_found(format!(
@@ -169,6 +169,9 @@ where
         };
         match api.patch(name, &params, &Patch::Merge(&patch)).await {
             Ok(updated) => {
+                // The next edit reads the Mutation fresh from the API server, not from the
+                // cache: it need not wait while this one's answer waits for the cache.
+                drop(queued);
                 if attempt > 1 {
                     tracing::debug!(
                         namespace = ns,

@@ -13,8 +13,10 @@ mod common;
 
 mod api_argo;
 mod api_auth;
+mod api_badinput;
 mod api_concurrency;
 mod api_input;
+mod api_load;
 mod api_walkthrough;
 mod conflicts;
 mod connect;

@@ -1,0 +1,419 @@
+//! R22 under load: 20 clients each send 10 variant edits at once to ONE Mutation (200
+//! concurrent edits: adds of distinct labels and scales of distinct variants). Every edit that
+//! answered 2xx is in the final spec, each wrote the Mutation exactly once, and the controller
+//! converges on all of them. The figures (answers, resourceVersion conflicts retried, time) are
+//! printed for `--nocapture`; only correctness is asserted.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::json;
+
+use super::*;
+
+const CLIENTS: usize = 20;
+const EDITS_PER_CLIENT: usize = 10;
+/// The Mutation all edits go to.
+const NAME: &str = "load";
+
+/// One edit a client sends.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// POST a new variant `label` with env `CLIENT`/`EDIT`.
+    Add {
+        label: String,
+        client: usize,
+        edit: usize,
+    },
+    /// PATCH variant `label` (made with 0 instances) to `instances`.
+    Scale { label: String, instances: i32 },
+}
+
+impl Edit {
+    /// Client `client`'s edit number `edit`: even ones add, odd ones scale, each on a label of
+    /// its own, so every edit's effect can be checked in the final spec.
+    fn new(client: usize, edit: usize) -> Edit {
+        if edit.is_multiple_of(2) {
+            Edit::Add {
+                label: format!("a-{client}-{edit}"),
+                client,
+                edit,
+            }
+        } else {
+            Edit::Scale {
+                label: scaled_label(client, edit),
+                instances: 1 + edit as i32,
+            }
+        }
+    }
+
+    fn label(&self) -> &str {
+        match self {
+            Edit::Add { label, .. } | Edit::Scale { label, .. } => label,
+        }
+    }
+}
+
+/// How long one edit may take before the test gives up on it. Not a speed requirement: the
+/// edits of one Mutation are serialised, so the last of 200 queued edits waits for all the
+/// others; this only keeps a hung server from hanging the test.
+const PATIENCE: Duration = Duration::from_secs(600);
+
+/// Sends one API request like [`Fixture::call`], waiting up to [`PATIENCE`] for the answer.
+async fn call(
+    f: &Fixture,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &Value,
+) -> common::http::Reply {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = f.operator.api_port;
+    let body = body.to_string();
+    let request = format!(
+        "{method} /api/v1/namespaces/{}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Connection: close\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        f.ns.name,
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut out))
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path}: no answer within {PATIENCE:?}"))
+        .unwrap();
+    let text = String::from_utf8_lossy(&out);
+    common::http::parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
+}
+
+fn scaled_label(client: usize, edit: usize) -> String {
+    format!("s-{client}-{edit}")
+}
+
+/// The base of the load Mutation: paused, so its variant Deployments get no ReplicaSets and no
+/// pods (the load is on the API and the Mutation, not on the scheduler), and they still carry
+/// the replica count the operator writes.
+fn paused_base() -> Value {
+    let mut base = base(NAME);
+    base["spec"]["paused"] = json!(true);
+    base
+}
+
+/// Counts the operator's requests on the Mutation's main resource (not its status) in the
+/// audit log after `offset`: patches by HTTP status code.
+fn audited_patches(path: &std::path::Path, offset: u64, ns: &str) -> BTreeMap<u16, usize> {
+    let uri = format!("/apis/neiam.org/v1/namespaces/{ns}/mutations/{NAME}?");
+    let mut counts = BTreeMap::new();
+    for line in operator_requests_with_codes(path, offset) {
+        let (verb, request_uri, code) = line;
+        if verb == "patch" && request_uri.starts_with(&uri) {
+            *counts.entry(code).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// The operator's completed requests after `offset`: (verb, requestURI, response code).
+fn operator_requests_with_codes(path: &std::path::Path, offset: u64) -> Vec<(String, String, u16)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).unwrap();
+    file.seek(SeekFrom::Start(offset)).unwrap();
+    let mut text = String::new();
+    file.read_to_string(&mut text).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("mutantops/")
+        })
+        .map(|e| {
+            (
+                e["verb"].as_str().unwrap_or("").to_string(),
+                e["requestURI"].as_str().unwrap_or("").to_string(),
+                e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn two_hundred_concurrent_edits_of_one_mutation_all_land() {
+    // R22
+    let f = Fixture::with_api("api-load").await;
+    let ns = f.ns.name.clone();
+
+    // The variants the scales will change, all at 0 instances to begin with.
+    let scaled: Vec<Value> = (0..CLIENTS)
+        .flat_map(|c| (1..EDITS_PER_CLIENT).step_by(2).map(move |e| (c, e)))
+        .map(|(c, e)| json!({"label": scaled_label(c, e), "instances": 0}))
+        .collect();
+    let initial = scaled.len();
+    let create = json!({"name": NAME, "deployment": paused_base(), "variants": scaled});
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let token = f.token(NAME).await;
+
+    let audit = std::env::var_os("MUTANTOPS_AUDIT_LOG").map(std::path::PathBuf::from);
+    let audit_offset = audit.as_deref().map(log_size);
+    let log_offset = f.operator.log_text().len();
+
+    // 20 clients at once, each sending its 10 edits at once; half of them with the Mutation's
+    // own token, half with the admin token.
+    let started = Instant::now();
+    let clients = (0..CLIENTS).map(|client| {
+        let (f, token) = (&f, &token);
+        async move {
+            let auth = if client.is_multiple_of(2) {
+                token.as_str()
+            } else {
+                ADMIN
+            };
+            let edits = (0..EDITS_PER_CLIENT).map(|edit| async move {
+                let edit = Edit::new(client, edit);
+                let began = Instant::now();
+                let reply = match &edit {
+                    Edit::Add {
+                        label,
+                        client,
+                        edit: n,
+                    } => {
+                        let body = json!({
+                            "label": label,
+                            "env": {"CLIENT": client.to_string(), "EDIT": n.to_string()},
+                            "instances": 0,
+                        });
+                        call(
+                            f,
+                            "POST",
+                            &format!("/mutations/{NAME}/variants"),
+                            auth,
+                            &body,
+                        )
+                        .await
+                    }
+                    Edit::Scale { label, instances } => {
+                        let body = json!({ "instances": instances });
+                        let path = format!("/mutations/{NAME}/variants/{label}");
+                        call(f, "PATCH", &path, auth, &body).await
+                    }
+                };
+                (edit, reply, began.elapsed())
+            });
+            futures::future::join_all(edits).await
+        }
+    });
+    let results: Vec<_> = futures::future::join_all(clients)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let elapsed = started.elapsed();
+
+    // The answers.
+    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
+    for (_, reply, _) in &results {
+        *by_status.entry(reply.status).or_default() += 1;
+    }
+    let mut latencies: Vec<_> = results.iter().map(|(_, _, d)| *d).collect();
+    latencies.sort();
+    let percentile = |p: usize| latencies[(latencies.len() * p / 100).min(latencies.len() - 1)];
+
+    // What each 2xx answer said is in the final spec; nothing else was added.
+    let mutation = f.mutations().get(NAME).await.unwrap();
+    let spec: BTreeMap<&str, &mutantops::crd::Variant> = mutation
+        .spec
+        .variants
+        .iter()
+        .map(|v| (v.label.as_str(), v))
+        .collect();
+    assert_eq!(
+        spec.len(),
+        mutation.spec.variants.len(),
+        "a label appears twice in the spec"
+    );
+    let mut ok_adds = 0;
+    for (edit, reply, _) in &results {
+        let landed = spec.get(edit.label());
+        if !(200..300).contains(&reply.status) {
+            if let Edit::Add { label, .. } = edit {
+                assert!(landed.is_none(), "refused add {label} is in the spec");
+            }
+            continue;
+        }
+        let variant =
+            landed.unwrap_or_else(|| panic!("{edit:?} answered {reply:?} but is not in the spec"));
+        match edit {
+            Edit::Add {
+                client, edit: n, ..
+            } => {
+                ok_adds += 1;
+                assert_eq!(reply.status, 201, "{edit:?}: {reply:?}");
+                let env: Vec<(&str, &str)> = variant
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let (c, e) = (client.to_string(), n.to_string());
+                assert_eq!(
+                    env,
+                    [("CLIENT", c.as_str()), ("EDIT", e.as_str())],
+                    "{edit:?}"
+                );
+                assert_eq!(variant.instances, 0, "{edit:?}");
+            }
+            Edit::Scale { instances, .. } => {
+                assert_eq!(reply.status, 200, "{edit:?}: {reply:?}");
+                assert_eq!(variant.instances, *instances, "{edit:?} was lost");
+                assert_eq!(reply.json()["instances"], *instances, "{edit:?}");
+            }
+        }
+    }
+    assert_eq!(
+        mutation.spec.variants.len(),
+        initial + ok_adds,
+        "variants in the spec: the {initial} made at creation plus the {ok_adds} added"
+    );
+    // R22: none is lost: every one of the 200 concurrent edits landed.
+    let refused: Vec<_> = results
+        .iter()
+        .filter(|(_, r, _)| !(200..300).contains(&r.status))
+        .map(|(e, r, _)| format!("{e:?}: {} {}", r.status, r.body))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "{} of {} edits were refused:\n{}",
+        refused.len(),
+        results.len(),
+        refused.join("\n")
+    );
+
+    // The retries: the operator logs each resourceVersion conflict it retries (at debug).
+    let log = f.operator.log_text();
+    let new_log = &log[log_offset.min(log.len())..];
+    let retries = new_log
+        .lines()
+        .filter(|l| l.contains("resourceVersion conflict; retrying") && l.contains(NAME))
+        .count();
+    let retried_edits = new_log
+        .lines()
+        .filter(|l| l.contains("variant edit landed after conflicts"))
+        .count();
+    let max_attempt = new_log
+        .lines()
+        .filter(|l| l.contains("variant edit landed after conflicts"))
+        .filter_map(|l| l.split("attempt=").nth(1))
+        .filter_map(|a| a.split_whitespace().next()?.parse::<usize>().ok())
+        .max()
+        .unwrap_or(1);
+
+    // The audit log, when there is one: each edit wrote the Mutation exactly once (200), and
+    // each conflict is a 409 the API server answered.
+    let audited = match (&audit, audit_offset) {
+        (Some(path), Some(offset)) => {
+            let counts = wait_for(
+                "the audit log to show every edit's write",
+                CONVERGE,
+                || async {
+                    let counts = audited_patches(path, offset, &ns);
+                    let written = counts.get(&200).copied().unwrap_or(0);
+                    if written >= results.len() {
+                        Ok(counts)
+                    } else {
+                        Err(counts)
+                    }
+                },
+            )
+            .await;
+            assert_eq!(
+                counts.get(&200).copied().unwrap_or(0),
+                results.len(),
+                "each edit writes the Mutation once: {counts:?}"
+            );
+            assert_eq!(
+                counts.get(&409).copied().unwrap_or(0),
+                retries,
+                "every 409 of the API server is a logged retry: {counts:?}"
+            );
+            format!("{counts:?}")
+        }
+        _ => "n/a (MUTANTOPS_AUDIT_LOG not set)".to_string(),
+    };
+
+    println!("load: {CLIENTS} clients x {EDITS_PER_CLIENT} concurrent edits on one Mutation");
+    println!("  edits sent:            {}", results.len());
+    println!("  answers by status:     {by_status:?}");
+    println!("  2xx:                   {}", results.len() - refused.len());
+    println!(
+        "  conflicts retried:     {retries} (edits that needed a retry: {retried_edits}, most attempts for one edit: {max_attempt})"
+    );
+    println!("  audited patches:       {audited}");
+    println!("  elapsed:               {:.2} s", elapsed.as_secs_f64());
+    println!(
+        "  latency p50/p90/max:   {:.0} / {:.0} / {:.0} ms",
+        percentile(50).as_secs_f64() * 1e3,
+        percentile(90).as_secs_f64() * 1e3,
+        latencies[latencies.len() - 1].as_secs_f64() * 1e3
+    );
+
+    // The controller converges on all of them: one Deployment per variant, with its replicas.
+    let converged = Instant::now();
+    let deployments: Api<Deployment> = f.deployments();
+    let want: BTreeMap<String, i32> = mutation
+        .spec
+        .variants
+        .iter()
+        .map(|v| (format!("{NAME}-{}", v.label), v.instances))
+        .collect();
+    wait_for(
+        "a Deployment per variant with its replicas",
+        CONVERGE * 2,
+        || async {
+            let list = deployments
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels(&format!("mutantops.neiam.org/owner={NAME}")),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let have: BTreeMap<String, i32> = list
+                .items
+                .iter()
+                .map(|d| {
+                    (
+                        d.name_any(),
+                        d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(-1),
+                    )
+                })
+                .collect();
+            if have == want {
+                Ok(())
+            } else {
+                let differ = want.iter().filter(|(k, v)| have.get(*k) != Some(v)).count();
+                Err(format!(
+                    "{} of {} differ or are missing",
+                    differ,
+                    want.len()
+                ))
+            }
+        },
+    )
+    .await;
+    println!(
+        "  controller converged:  {} Deployments, {:.2} s after the last answer",
+        want.len(),
+        converged.elapsed().as_secs_f64()
+    );
+}
