@@ -21,16 +21,42 @@ use crate::{
 /// and metrics, so the operator's own traffic can be told apart.
 pub const USER_AGENT: &str = concat!("mutantops/", env!("CARGO_PKG_VERSION"));
 
+/// How long shutdown waits for the controllers' in-flight reconciles.
+const CONTROLLERS_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A client from the local kubeconfig or the in-cluster ServiceAccount (see [`connect`]).
 pub async fn client() -> Result<Client> {
     connect::client(USER_AGENT).await
+}
+
+/// The API server's version, waiting for the server to be reachable: during a control-plane
+/// outage the operator waits (1 s, doubling to 16 s between tries) instead of exiting into the
+/// kubelet's crash-loop back-off. An answered error (401, 403) fails at once: waiting does not
+/// fix credentials.
+async fn server_version(client: &Client) -> Result<k8s_openapi::apimachinery::pkg::version::Info> {
+    let mut delay = std::time::Duration::from_secs(1);
+    loop {
+        match client.apiserver_version().await {
+            Ok(version) => return Ok(version),
+            Err(err @ kube::Error::Api(_)) => return Err(err.into()),
+            Err(err) => {
+                tracing::warn!(
+                    error = %crate::cli::error_chain(&err),
+                    retry_in = ?delay,
+                    "the Kubernetes API server cannot be reached yet; retrying"
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(16));
+            }
+        }
+    }
 }
 
 /// Connects to the Kubernetes API (service account in a cluster, kubeconfig outside) and runs
 /// until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<()> {
     let client = client().await?;
-    let version = client.apiserver_version().await?;
+    let version = server_version(&client).await?;
     tracing::info!(
         server = %version.git_version,
         api_addr = %config.api_addr,
@@ -107,8 +133,20 @@ pub async fn run(config: Config) -> Result<()> {
         }
         Err(err) => tracing::error!(error = %err, "the metrics listener stopped abnormally"),
     }
-    if let Err(err) = controllers.await {
-        tracing::error!(error = %err, "the controllers stopped abnormally");
+    // A controller whose cache never filled (a watch that cannot list: missing CRD or RBAC,
+    // an object the client cannot decode) never finishes its graceful shutdown: it waits for
+    // that cache. Bounded, so SIGTERM still ends the process and releases the Lease.
+    let stopping = controllers.abort_handle();
+    match tokio::time::timeout(CONTROLLERS_STOP_TIMEOUT, controllers).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::error!(error = %err, "the controllers stopped abnormally"),
+        Err(_elapsed) => {
+            stopping.abort();
+            tracing::warn!(
+                timeout = ?CONTROLLERS_STOP_TIMEOUT,
+                "the controllers did not stop in time; stopping anyway"
+            );
+        }
     }
     release.fire();
     if let Err(err) = election.await {

@@ -110,3 +110,56 @@ fn unsupported_kubeconfig_exits_non_zero_and_names_the_setting() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("/nonexistent/kubeconfig"), "{text}");
 }
+
+/// A CA certificate that signed nothing: lets a kubeconfig load without any real cluster.
+const UNUSED_CA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJvakNDQVVlZ0F3SUJBZ0lVRmdpNUFuRkZha3BLNkttQUtlQ2I1RERCQnZnd0NnWUlLb1pJemowRUF3SXcKSlRFak1DRUdBMVVFQXd3YWJYVjBZVzUwYjNCeklIUmxjM1FnUTBFZ0tIVnVkWE5sWkNrd0lCY05Nall4TVRJNQpNak16TmpNeFdoZ1BNakV5TmpFeE1EVXlNek0yTXpGYU1DVXhJekFoQmdOVkJBTU1HbTExZEdGdWRHOXdjeUIwClpYTjBJRU5CSUNoMWJuVnpaV1FwTUZrd0V3WUhLb1pJemowQ0FRWUlLb1pJemowREFRY0RRZ0FFalBta3ovNVQKL2MvclRBbWRucHdFSXdDTWlNQWJXRGtyU2VFZDN6eit2ejZscHNMVTlXcTVjbHJFWFVqcnFSd0hiaHZVQndhQQpQbk9Oby9GK0M5OURrcU5UTUZFd0hRWURWUjBPQkJZRUZGUW4zV0UwSVQ2eFFXd2FnNkw4MVpaYUVPQ0hNQjhHCkExVWRJd1FZTUJhQUZGUW4zV0UwSVQ2eFFXd2FnNkw4MVpaYUVPQ0hNQThHQTFVZEV3RUIvd1FGTUFNQkFmOHcKQ2dZSUtvWkl6ajBFQXdJRFNRQXdSZ0loQU5wWldBZDNmWGJVOXNhakJ1RExOdjlBWEcycHB0dWJGa1RQbHVKcgpvOTNRQWlFQW1BSm1iODVmS2JZZ0pkVFErMUUrNFV4T3dRa0E1bEQ4SW9KQ2VzRXduR009Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K";
+
+/// R30: while the API server cannot be reached the operator waits and says so, rather than
+/// exiting into the kubelet's crash-loop back-off.
+#[test]
+fn an_unreachable_api_server_is_waited_for() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-unreachable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    // Port 1 on loopback: nothing listens there, every connection is refused.
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:1', \
+             certificate-authority-data: {UNUSED_CA}}}}}]\n\
+             users: [{{name: u, user: {{token: abc}}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+             current-context: x\n"
+        ),
+    )
+    .unwrap();
+    let log = dir.join("stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mutantops"))
+        .arg("run")
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("MUTANT_API_TOKEN")
+        .env_remove("MUTANT_API_INSECURE")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Two tries logged (1 s apart), and the process still running after them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.matches("cannot be reached yet; retrying").count() >= 2 {
+            break text;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("exited with {status} instead of waiting:\n{text}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no retries logged:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "{text}");
+}

@@ -159,11 +159,11 @@ async fn converge<K: OwnerResource>(
                     observed = Some(applied);
                     applied_any = true;
                 }
-                Err(kube::Error::Api(status)) if status.code == 422 && !applied_any => {
+                Err(kube::Error::Api(status)) if rejected(&status) && !applied_any => {
                     // The server rejects what every variant is built from: the base.
                     return Ok(Err(status.message));
                 }
-                Err(kube::Error::Api(status)) if status.code == 422 => {
+                Err(kube::Error::Api(status)) if rejected(&status) => {
                     let message = format!("rejected by the API server: {}", status.message);
                     let invalid = Planned::Invalid {
                         label: label.clone(),
@@ -358,4 +358,16 @@ fn truncate(mut text: String, max: usize) -> String {
         text.truncate(cut);
     }
     text
+}
+
+/// Whether the API server refused the object itself, so that retrying cannot help: 422
+/// (invalid), or the 500 that server-side apply answers for a field the Deployment schema does
+/// not declare ("failed to create typed patch object (...): ...: field not declared in
+/// schema"), whatever the field validation asked for.
+fn rejected(status: &kube::core::Status) -> bool {
+    status.code == 422
+        || (status.code == 500
+            && status
+                .message
+                .starts_with("failed to create typed patch object"))
 }

@@ -278,3 +278,29 @@ async fn token_and_ca_files_are_read_again() {
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
     namespaces().await.unwrap();
 }
+
+/// Credentials the server refuses end the process at once with the server's answer: unlike an
+/// unreachable server, waiting would not fix them.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn refused_credentials_end_the_process() {
+    let dir = scratch_dir("refused");
+    let kubeconfig = write_kubeconfig(&dir, "    token: not-a-token");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mutantops"))
+        .arg("run")
+        .env("KUBECONFIG", &kubeconfig)
+        .env(
+            "MUTANT_API_ADDR",
+            format!("127.0.0.1:{}", common::free_port()),
+        )
+        .env(
+            "MUTANT_METRICS_ADDR",
+            format!("127.0.0.1:{}", common::free_port()),
+        )
+        .env_remove("MUTANT_API_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("401"), "{text}");
+}

@@ -51,7 +51,8 @@ async fn invalid_variants_are_reported_and_the_others_run() {
     assert!(found.iter().all(|(_, _, times)| *times == 1), "{found:?}");
 }
 
-/// R10: an invalid base (ours to see, or one the API server rejects) leaves every running
+/// R10: an invalid base (ours to see, or one the API server rejects, with 422 or with the 500
+/// of an undeclared field) leaves every running
 /// variant Deployment in place, applies nothing, prunes nothing, and says why.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
@@ -95,6 +96,25 @@ async fn an_invalid_base_leaves_running_variants_alone() {
             .all(|v| v.state == VariantState::Invalid),
         "{status:?}"
     );
+
+    // A field the Deployment schema does not declare: server-side apply answers 500 ("failed
+    // to create typed patch object"), which is the base's fault too, not worth retrying.
+    let mut unknown = base("web");
+    unknown["spec"]["template"]["spec"]["containers"][0]["bogusField"] = json!(true);
+    f.apply::<Mutation>(&mutation(
+        "m",
+        unknown,
+        json!([{ "label": "a", "instances": 3 }]),
+    ))
+    .await;
+    let status = f
+        .wait_status::<Mutation>("m", "unknown field reported", |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("bogusField"))
+        })
+        .await;
+    assert_eq!(status.conditions[0].reason, "InvalidBase", "{status:?}");
 
     for before in [&a, &b] {
         let now = f.deployments().get(&before.name_any()).await.unwrap();
