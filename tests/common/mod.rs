@@ -196,8 +196,47 @@ impl Operator {
         Self::start_with(namespace, &[])
     }
 
-    /// Like [`Operator::start`], with extra environment variables.
+    /// Like [`Operator::start`], with extra environment variables. Waits until the operator
+    /// listens, and starts it again on other ports if one was taken in between (the operator
+    /// then exits saying it cannot listen); an operator that exits for another reason, or is
+    /// still connecting after 30 s, is returned as it is, for the test to judge.
     pub fn start_with(namespace: &str, env: &[(&str, &str)]) -> Operator {
+        let own_addresses = env
+            .iter()
+            .any(|(k, _)| *k == "MUTANT_API_ADDR" || *k == "MUTANT_METRICS_ADDR");
+        let mut attempt = 1;
+        loop {
+            let mut operator = Self::spawn(namespace, env);
+            if own_addresses {
+                return operator;
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let listening = |text: &str, port: u16| {
+                let addr = format!("127.0.0.1:{port}");
+                text.lines()
+                    .any(|line| line.contains("listening") && line.contains(&addr))
+            };
+            loop {
+                let text = operator.log_text();
+                if (listening(&text, operator.api_port) && listening(&text, operator.metrics_port))
+                    || std::time::Instant::now() >= deadline
+                {
+                    return operator;
+                }
+                if let Ok(Some(_)) = operator.child.try_wait() {
+                    if text.contains("cannot listen") && attempt < 5 {
+                        break;
+                    }
+                    return operator;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            attempt += 1;
+            operator.kill();
+        }
+    }
+
+    fn spawn(namespace: &str, env: &[(&str, &str)]) -> Operator {
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{namespace}-{}.log", random_suffix()));
@@ -271,11 +310,17 @@ impl Drop for Operator {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, from below the kernel's ephemeral range
+/// (32768 and up), where the many outgoing connections of a test run take theirs: a port from
+/// bind(0) can be handed to an outgoing connection before the operator listens on it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    for _ in 0..1000 {
+        let mut bytes = [0u8; 2];
+        getrandom::fill(&mut bytes).unwrap();
+        let port = 20000 + u16::from_le_bytes(bytes) % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between 20000 and 32000");
 }
