@@ -48,6 +48,16 @@ use crate::{
     variant::{KIND_LABEL, OwnerKind},
 };
 
+/// Reconciles of one kind in flight at once. kube-runtime's default is unbounded: a restart
+/// over 1000 Mutations ran hundreds at once, each with its planned Deployments and its own
+/// connection to the API server, and that burst (not the caches) made the memory peak. A few
+/// in flight keep a small API server busy.
+const RECONCILE_CONCURRENCY: u16 = 8;
+
+/// Changes to one owner within this time are folded into one reconcile: the variants of a
+/// Mutation turning Ready one after another then cost one status write, not one each.
+const RECONCILE_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 pub use reconcile::reconcile;
 
 /// How long a failed reconcile waits before it is retried.
@@ -250,6 +260,11 @@ where
     // A replica that becomes the leader reconciles every owner it has cached: while it
     // followed, its reconciles did nothing.
     let mut controller = Controller::for_stream(owner_stream, owner_store.clone())
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(RECONCILE_CONCURRENCY)
+                .debounce(RECONCILE_DEBOUNCE),
+        )
         .owns_stream(deployment_stream)
         .reconcile_all_on(lease::became_leader(leader.clone()));
     let secret_store = match secrets {
