@@ -137,8 +137,9 @@ async fn an_invalid_base_leaves_running_variants_alone() {
     .await;
     f.wait_deployment("web-a", "3 ready", |d| ready(d, 3)).await;
     f.wait_gone("web-b").await;
-    let status = f
-        .wait_status::<Mutation>("m", "healthy", |s| s.message.is_none())
-        .await;
-    assert_eq!(status.summary, "1/1 variants ready");
+    // The status catches up with the Deployment: healthy, and its variant ready.
+    f.wait_status::<Mutation>("m", "healthy and ready", |s| {
+        s.message.is_none() && s.summary == "1/1 variants ready"
+    })
+    .await;
 }
