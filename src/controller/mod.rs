@@ -345,6 +345,13 @@ async fn timed_reconcile<K: OwnerResource>(
         tracing::debug!(kind = K::KIND.kind(), %object, "not the leader; skipping");
         return Ok(Action::await_change());
     }
+    // Until the first list of the variant Deployments is in, a missing one is looked up on the
+    // server (R9): a new leader at scale would GET hundreds that the list brings anyway.
+    // Waiting ends when the list is in, or when the watch is gone (shutdown); in flight, it
+    // counts toward the concurrency bound like any reconcile.
+    if ctx.deployments.wait_until_ready().await.is_err() {
+        return Ok(Action::await_change());
+    }
     let started = std::time::Instant::now();
     let result = reconcile(obj, ctx.clone()).await;
     let error = result.as_ref().err().map(Error::metric_label);
