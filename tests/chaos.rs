@@ -49,7 +49,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use common::{TestNamespace, from_json};
+use common::{TestNamespace, base, from_json};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Secret};
 use kube::{
     Api, Client, ResourceExt,
@@ -208,27 +208,6 @@ impl OwnerInfo {
     fn token(&self) -> &str {
         &self.secret.as_ref().expect("a Mutation has a Secret").token
     }
-}
-
-/// The base Deployment of owner `name`: one container with env `BASE=1` and `MODE=base`.
-fn base(name: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": { "name": name, "labels": { "team": "edge" } },
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": { "app": name } },
-            "template": {
-                "metadata": { "labels": { "app": name } },
-                "spec": { "containers": [{
-                    "name": "app",
-                    "image": "registry.example/app:1",
-                    "env": [{ "name": "BASE", "value": "1" }, { "name": "MODE", "value": "base" }]
-                }] }
-            }
-        }
-    })
 }
 
 /// The env of a variant's container as R4 builds it from [`base`]: `BASE=1`, `MODE=base`, each

@@ -324,3 +324,24 @@ pub fn free_port() -> u16 {
     }
     panic!("no free loopback port between 20000 and 32000");
 }
+
+/// A base Deployment named `name` with one container that has env `BASE=1` and `MODE=base`.
+pub fn base(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": name, "labels": { "team": "edge" } },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{
+                    "name": "app",
+                    "image": "registry.example/app:1",
+                    "env": [{ "name": "BASE", "value": "1" }, { "name": "MODE", "value": "base" }]
+                }] }
+            }
+        }
+    })
+}

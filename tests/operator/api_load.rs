@@ -122,20 +122,8 @@ fn audited_patches(path: &std::path::Path, offset: u64, ns: &str) -> BTreeMap<u1
 
 /// The operator's completed requests after `offset`: (verb, requestURI, response code).
 fn operator_requests_with_codes(path: &std::path::Path, offset: u64) -> Vec<(String, String, u16)> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).unwrap();
-    file.seek(SeekFrom::Start(offset)).unwrap();
-    let mut text = String::new();
-    file.read_to_string(&mut text).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| {
-            e["userAgent"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("mutantops/")
-        })
+    audit_events(path, offset)
+        .into_iter()
         .map(|e| {
             (
                 e["verb"].as_str().unwrap_or("").to_string(),

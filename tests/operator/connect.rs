@@ -74,20 +74,13 @@ fn scratch_dir(name: &str) -> std::path::PathBuf {
 
 /// The distinct users of the operator's requests in `namespace` after `offset`.
 fn operator_users(offset: u64, namespace: &str) -> Vec<String> {
-    let text = std::fs::read(audit_log()).unwrap();
-    let text = String::from_utf8_lossy(&text[offset as usize..]);
-    let mut users: Vec<String> = text
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    let mut users: Vec<String> = audit_events(&audit_log(), offset)
+        .into_iter()
         .filter(|e| {
-            e["userAgent"]
+            e["requestURI"]
                 .as_str()
                 .unwrap_or("")
-                .starts_with("mutantops/")
-                && e["requestURI"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains(&format!("/namespaces/{namespace}/"))
+                .contains(&format!("/namespaces/{namespace}/"))
         })
         .filter_map(|e| e["user"]["username"].as_str().map(str::to_owned))
         .collect();

@@ -34,7 +34,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Operator, TestNamespace, wait_for};
+use common::{Operator, TestNamespace, base, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, ResourceExt,
@@ -242,27 +242,6 @@ impl HasStatus for MutantDeployment {
     }
 }
 
-/// A base Deployment named `name` with one container that has env `BASE=1` and `MODE=base`.
-pub fn base(name: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": { "name": name, "labels": { "team": "edge" } },
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": { "app": name } },
-            "template": {
-                "metadata": { "labels": { "app": name } },
-                "spec": { "containers": [{
-                    "name": "app",
-                    "image": "registry.example/app:1",
-                    "env": [{ "name": "BASE", "value": "1" }, { "name": "MODE", "value": "base" }]
-                }] }
-            }
-        }
-    })
-}
-
 /// A Mutation manifest.
 pub fn mutation(name: &str, base: Value, variants: Value) -> Value {
     json!({ "apiVersion": "neiam.org/v1", "kind": "Mutation", "metadata": { "name": name },
@@ -349,10 +328,9 @@ pub fn log_size(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-/// The operator's requests in `namespace` logged after `offset`, except watches and Lease
-/// renewals, as
-/// "verb uri" lines.
-pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -> Vec<String> {
+/// The API server's audit events of the operator's completed requests (user agent
+/// `mutantops/`) logged after `offset`.
+pub fn audit_events(path: &std::path::Path, offset: u64) -> Vec<Value> {
     let mut file = std::fs::File::open(path).unwrap();
     file.seek(SeekFrom::Start(offset)).unwrap();
     let mut text = String::new();
@@ -366,6 +344,14 @@ pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -
                 .unwrap_or("")
                 .starts_with("mutantops/")
         })
+        .collect()
+}
+
+/// The operator's requests in `namespace` logged after `offset`, except watches and Lease
+/// renewals, as "verb uri" lines.
+pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -> Vec<String> {
+    audit_events(path, offset)
+        .into_iter()
         .filter(|e| e["verb"] != "watch")
         .filter(|e| {
             e["requestURI"]
