@@ -118,6 +118,9 @@ pub struct Context {
     pub client: Client,
     /// This controller's generated Deployments (label-selected).
     pub deployments: Store<Deployment>,
+    /// Becomes true once the first list of `deployments` is in. (Not the store's own
+    /// `wait_until_ready`, which wakes only the last of several waiters.)
+    pub deployments_listed: watch::Receiver<bool>,
     /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
     pub secrets: Option<Store<Secret>>,
     /// Publishes Events on owners.
@@ -288,6 +291,7 @@ where
     let context = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client,
+        deployments_listed: listed(deployment_store.clone()),
         deployments: deployment_store,
         secrets: secret_store,
         announced: announce::Announced::default(),
@@ -349,7 +353,13 @@ async fn timed_reconcile<K: OwnerResource>(
     // server (R9): a new leader at scale would GET hundreds that the list brings anyway.
     // Waiting ends when the list is in, or when the watch is gone (shutdown); in flight, it
     // counts toward the concurrency bound like any reconcile.
-    if ctx.deployments.wait_until_ready().await.is_err() {
+    if ctx
+        .deployments_listed
+        .clone()
+        .wait_for(|listed| *listed)
+        .await
+        .is_err()
+    {
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
@@ -360,6 +370,25 @@ async fn timed_reconcile<K: OwnerResource>(
         tracing::debug!(kind = K::KIND.kind(), %object, "reconciled");
     }
     result
+}
+
+/// A flag that turns true once `store` has had its first full list, for any number of
+/// waiters. kube-runtime's `Store::wait_until_ready` keeps one waker: of several tasks waiting
+/// on it at once, only the last to poll is woken, and the others wait for ever. One task waits
+/// on it here and tells everyone; the flag's sender is dropped (waiters get an error) when the
+/// store's watch ends first.
+fn listed<K>(store: Store<K>) -> watch::Receiver<bool>
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            let _ = tx.send(true);
+        }
+    });
+    rx
 }
 
 /// A failed reconcile is logged and retried after [`RETRY_AFTER`].
@@ -411,4 +440,41 @@ pub fn start(
     (caches, async move {
         futures::join!(run_md, run_mutations, synced);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Eight reconciles waiting for the first Deployment list at once are all let through
+    /// when it arrives (the store's own wait would wake only one of them).
+    #[tokio::test]
+    async fn every_waiter_sees_the_first_list() {
+        let (store, mut writer) = reflector::store::<Deployment>();
+        let flag = listed(store);
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let mut flag = flag.clone();
+                tokio::spawn(async move { flag.wait_for(|listed| *listed).await.is_ok() })
+            })
+            .collect();
+        // Let every waiter start waiting before the list ends.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for waiter in waiters {
+            let woke = tokio::time::timeout(std::time::Duration::from_secs(10), waiter).await;
+            assert!(matches!(woke, Ok(Ok(true))), "{woke:?}");
+        }
+    }
+
+    /// A watch that ends before its first list wakes the waiters with an error.
+    #[tokio::test]
+    async fn waiters_are_released_when_the_watch_ends() {
+        let (store, writer) = reflector::store::<Deployment>();
+        let mut flag = listed(store);
+        drop(writer);
+        let woke =
+            tokio::time::timeout(std::time::Duration::from_secs(10), flag.wait_for(|l| *l)).await;
+        assert!(matches!(woke, Ok(Err(_))), "{woke:?}");
+    }
 }
