@@ -202,23 +202,21 @@ fn token_comes_before_token_file_and_is_sensitive() {
         token_file: Some(file.to_str().unwrap().to_owned()),
         ..AuthInfo::default()
     };
-    let header = Credential::from_auth_info(&user, FILE_REFRESH)
-        .unwrap()
-        .header()
-        .unwrap();
-    assert_eq!(header, "Bearer from-token");
-    assert!(header.is_sensitive());
+    let header = |user: &AuthInfo| {
+        let value = Credential::from_auth_info(user, FILE_REFRESH)
+            .unwrap()
+            .header()
+            .unwrap();
+        assert!(value.is_sensitive());
+        value
+    };
+    assert_eq!(header(&user), "Bearer from-token");
 
     let user = AuthInfo {
         token_file: Some(file.to_str().unwrap().to_owned()),
         ..AuthInfo::default()
     };
-    let header = Credential::from_auth_info(&user, FILE_REFRESH)
-        .unwrap()
-        .header()
-        .unwrap();
-    assert_eq!(header, "Bearer from-file");
-    assert!(header.is_sensitive());
+    assert_eq!(header(&user), "Bearer from-file");
 
     assert!(
         Credential::from_auth_info(&AuthInfo::default(), FILE_REFRESH)
