@@ -3,10 +3,18 @@
 //!
 //! The Lease `mutantops-leader` lives in the operator's namespace (`POD_NAMESPACE`; else the
 //! watch namespace; else `default`) and names its holder by `POD_NAME` (else
-//! `<hostname>-<pid>`). A replica takes a Lease that is absent, has no holder, or has not been
-//! renewed for its `leaseDurationSeconds`; the holder renews it every third of the duration. A
-//! leader that has not renewed for two thirds of the duration steps down at once, before any
-//! other replica may take over. Every write is a `create` or a `replace` carrying the
+//! `<hostname>-<pid>`). A replica takes a Lease that is absent, has no holder, or whose record
+//! it has seen unchanged for the Lease's `leaseDurationSeconds`; the holder renews it every
+//! third of the duration. A leader that has not renewed for two thirds of the duration steps
+//! down at once, before any other replica may take over.
+//!
+//! Every duration is timed on this replica's own monotonic clock, as client-go does: expiry
+//! counts from the moment this replica last saw the record change, never from `renewTime`.
+//! Boards without a real-time clock boot with a wall clock that is hours or years off until
+//! NTP answers; comparing another replica's `renewTime` with that clock would make a board
+//! whose clock is behind never take over from a dead leader, and one whose clock is ahead
+//! take over from a live one. `renewTime` and `acquireTime` are still written (wall clock,
+//! for people and `kubectl`), and a change of them is what shows the holder is alive. Every write is a `create` or a `replace` carrying the
 //! `resourceVersion` that was read, so of two replicas racing for the Lease exactly one wins
 //! (the other gets 409). On shutdown the leader releases the Lease (no holder), so the next
 //! one takes over at once instead of waiting for it to expire.
@@ -19,7 +27,7 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
-    jiff::{SignedDuration, Timestamp},
+    jiff::Timestamp,
 };
 use kube::{
     Api, Client,
@@ -28,6 +36,10 @@ use kube::{
 use tokio::{sync::watch, time::Instant};
 
 use crate::{config::Config, metrics::Metrics, shutdown::Shutdown};
+
+/// How long after the computed expiry a follower reads the Lease again: the read that may
+/// take it over comes just after the expiry, not up to a retry period later.
+const AFTER_EXPIRY: Duration = Duration::from_millis(50);
 
 /// The name of the Lease.
 pub const LEASE_NAME: &str = "mutantops-leader";
@@ -92,12 +104,13 @@ pub fn default_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// What one read of the Lease says, as far as the decision goes.
+/// What one read of the Lease says, as far as the decision goes. Two reads that give equal
+/// `Observed` values saw the same record: nobody renewed or took it in between.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
     /// `spec.holderIdentity`.
     pub holder: Option<String>,
-    /// `spec.renewTime`.
+    /// `spec.renewTime`: compared only for a change, never with this replica's clock.
     pub renew_time: Option<Timestamp>,
     /// `spec.leaseDurationSeconds`.
     pub duration_seconds: Option<i32>,
@@ -115,6 +128,32 @@ impl Observed {
     }
 }
 
+/// Since when this replica has seen the Lease record unchanged, on its monotonic clock: the
+/// local clock that [`decide`] times expiry with.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    last: Option<(Observed, Instant)>,
+}
+
+impl Seen {
+    /// Records the record read at `now` and returns since when it has been unchanged: `now`
+    /// when it differs from the previous read (or there was none), else the earlier moment.
+    pub fn observe(&mut self, record: &Observed, now: Instant) -> Instant {
+        match &self.last {
+            Some((previous, since)) if previous == record => *since,
+            _ => {
+                self.last = Some((record.clone(), now));
+                now
+            }
+        }
+    }
+
+    /// Forgets the record, as when the Lease is gone.
+    pub fn forget(&mut self) {
+        self.last = None;
+    }
+}
+
 /// What to do after reading the Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -128,19 +167,24 @@ pub enum Decision {
     Follow {
         /// The leader.
         holder: String,
+        /// When the Lease expires unless its record changes first (this replica's clock).
+        expires: Instant,
     },
 }
 
-/// Decides what `me` does with the Lease as read at `now`. `default_duration` stands in for a
-/// Lease without `leaseDurationSeconds` (or a nonsensical one).
+/// Decides what `me` does with the Lease as read at `now`, a record this replica has seen
+/// unchanged since `unchanged_since` (from [`Seen::observe`]). `default_duration` stands in for
+/// a Lease without `leaseDurationSeconds` (or a nonsensical one).
 ///
-/// The Lease is expired when `renewTime + leaseDurationSeconds < now`; exactly at that instant
-/// it is still valid, and a `renewTime` in the future (clock skew) keeps it valid. A Lease
-/// held by someone else without any `renewTime` cannot be dated and counts as expired.
+/// Another's Lease is expired when `unchanged_since + leaseDurationSeconds < now`: exactly at
+/// that instant it is still valid. Both instants are this replica's monotonic clock, so no
+/// wall clock (ours or the holder's) takes part: a `renewTime` far in the past or the future
+/// says nothing about whether the holder is alive, only its change does.
 pub fn decide(
     lease: Option<&Observed>,
     me: &str,
-    now: Timestamp,
+    unchanged_since: Instant,
+    now: Instant,
     default_duration: Duration,
 ) -> Decision {
     let Some(lease) = lease else {
@@ -151,18 +195,17 @@ pub fn decide(
         Some(holder) if holder == me => return Decision::Renew,
         Some(holder) => holder,
     };
-    let Some(renewed) = lease.renew_time else {
-        return Decision::TakeOver;
-    };
-    let seconds = lease
+    let duration = lease
         .duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
         .filter(|s| *s > 0)
-        .map_or_else(|| default_duration.as_secs() as i64, i64::from);
-    match renewed.checked_add(SignedDuration::from_secs(seconds)) {
-        Ok(expires) if expires < now => Decision::TakeOver,
-        // Valid, or so far in the future that it overflows: not ours to take.
-        _ => Decision::Follow {
+        .map_or(default_duration, Duration::from_secs);
+    match unchanged_since.checked_add(duration) {
+        Some(expires) if expires < now => Decision::TakeOver,
+        // Valid; or so far away that it overflows, which is valid for good.
+        expires => Decision::Follow {
             holder: holder.to_string(),
+            expires: expires.unwrap_or(now + default_duration),
         },
     }
 }
@@ -220,8 +263,8 @@ pub fn released_spec(old: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpec {
 enum Attempt {
     /// This replica holds the Lease now.
     Leading,
-    /// Another replica holds it.
-    Following(String),
+    /// Another replica holds it, until `expires` unless it renews.
+    Following(String, Instant),
     /// Another write got there first (409); this replica does not hold it this round.
     Lost,
 }
@@ -269,6 +312,7 @@ impl Elector {
         );
         // While leading: when the last successful renewal was sent.
         let mut renewed: Option<Instant> = None;
+        let mut seen = Seen::default();
         let mut last_leader: Option<String> = None;
         let stopped = stop.wait();
         tokio::pin!(stopped);
@@ -280,7 +324,7 @@ impl Elector {
             };
             let attempt = tokio::select! {
                 () = &mut stopped => break,
-                attempt = tokio::time::timeout_at(limit, self.attempt()) => attempt,
+                attempt = tokio::time::timeout_at(limit, self.attempt(&mut seen)) => attempt,
             };
             let mut next = Instant::now() + s.retry_every();
             match attempt {
@@ -291,7 +335,8 @@ impl Elector {
                     renewed = Some(started);
                     next = started + s.renew_every();
                 }
-                Ok(Ok(Attempt::Following(holder))) => {
+                Ok(Ok(Attempt::Following(holder, expires))) => {
+                    next = next.min(expires + AFTER_EXPIRY);
                     if renewed.take().is_some() {
                         self.transition(false, "another replica holds the lease; stepping down");
                     }
@@ -343,18 +388,33 @@ impl Elector {
         tracing::info!(leader = leading, identity = %self.settings.identity, "{message}");
     }
 
-    /// One read, decision and (unless following) write.
-    async fn attempt(&self) -> crate::Result<Attempt> {
+    /// One read, decision and (unless following) write. `seen` keeps, across attempts, since
+    /// when the record has not changed.
+    async fn attempt(&self, seen: &mut Seen) -> crate::Result<Attempt> {
         let me = &self.settings.identity;
-        let now = Timestamp::now();
         let existing = self.api.get_opt(LEASE_NAME).await?;
+        // The moment of the answer: the record was current then.
+        let read_at = Instant::now();
         let observed = existing.as_ref().map(Observed::of);
-        let decision = decide(observed.as_ref(), me, now, self.settings.duration);
+        let unchanged_since = match &observed {
+            Some(record) => seen.observe(record, read_at),
+            None => {
+                seen.forget();
+                read_at
+            }
+        };
+        let decision = decide(
+            observed.as_ref(),
+            me,
+            unchanged_since,
+            read_at,
+            self.settings.duration,
+        );
         let old_spec = existing.as_ref().and_then(|l| l.spec.as_ref());
         let seconds = self.settings.duration_seconds();
-        let Some(spec) = next_spec(&decision, old_spec, me, now, seconds) else {
+        let Some(spec) = next_spec(&decision, old_spec, me, Timestamp::now(), seconds) else {
             return Ok(match decision {
-                Decision::Follow { holder } => Attempt::Following(holder),
+                Decision::Follow { holder, expires } => Attempt::Following(holder, expires),
                 _ => Attempt::Lost,
             });
         };

@@ -279,3 +279,147 @@ async fn a_leader_that_stops_releases_the_lease() {
         .await;
     r.wait_deployment("mu-a").await;
 }
+
+/// Where Debian's `faketime` package puts the preload library.
+fn libfaketime() -> String {
+    let candidates = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ];
+    candidates
+        .iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| {
+            panic!("libfaketime not found in {candidates:?}: install Debian's faketime (scripts/test does)")
+        })
+}
+
+/// The wall-clock time of the first log line of `op`, minus the test's own: how far its clock
+/// is off, in seconds.
+fn log_clock_offset(op: &Operator) -> i64 {
+    use k8s_openapi::jiff::Timestamp;
+    let text = op.log_text();
+    let first = text
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("no log line yet"));
+    let logged: Timestamp = first
+        .parse()
+        .unwrap_or_else(|e| panic!("{first:?} is not a timestamp: {e}"));
+    logged.as_second() - Timestamp::now().as_second()
+}
+
+/// R30 on boards without a real-time clock: a follower whose wall clock is `skew` off (given
+/// to libfaketime, e.g. "+1h") never takes the Lease from a live leader, and takes it from a
+/// killed one within the Lease's duration plus one renew period. Expiry is timed on each
+/// replica's monotonic clock, never by comparing `renewTime` with its wall clock.
+async fn skewed_follower(prefix: &str, skew: &str, expected_offset: i64) {
+    const SECONDS: u64 = 9;
+    let duration = Duration::from_secs(SECONDS);
+    let renew = duration / 3;
+    let ns = TestNamespace::new(prefix).await;
+    common::install_crds(&ns.client).await;
+    let seconds = SECONDS.to_string();
+    let replica = |name: &str, extra: &[(&str, &str)]| {
+        let mut env = vec![
+            ("POD_NAMESPACE", ns.name.as_str()),
+            ("POD_NAME", name),
+            ("MUTANT_LEASE_DURATION_SECONDS", seconds.as_str()),
+        ];
+        env.extend_from_slice(extra);
+        Operator::start_with(&ns.name, &env)
+    };
+    let mut leader = replica("steady", &[]);
+    wait_for("the steady replica to lead", CONVERGE, || async {
+        match leader_gauge(leader.metrics_port).await {
+            Some(1) => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
+
+    let preload = libfaketime();
+    let follower = replica(
+        "skewed",
+        &[
+            ("LD_PRELOAD", preload.as_str()),
+            ("FAKETIME", skew),
+            // Only the wall clock is skewed, as on a board before NTP answers.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("FAKETIME_DONT_RESET", "1"),
+        ],
+    );
+    // It talks to the API server (through TLS, checked against its skewed clock) and serves.
+    wait_for("the skewed replica to serve metrics", CONVERGE, || async {
+        match leader_gauge(follower.metrics_port).await {
+            Some(g) => Ok(g),
+            None => Err(()),
+        }
+    })
+    .await;
+    let offset = log_clock_offset(&follower);
+    assert!(
+        (offset - expected_offset).abs() < 120,
+        "the skewed replica's clock is {offset} s off, not about {expected_offset}:\n{}",
+        follower.log_text()
+    );
+
+    let lease_api: Api<Lease> = ns.api();
+    let lease = || async {
+        let spec = lease_api
+            .get("mutantops-leader")
+            .await
+            .unwrap()
+            .spec
+            .unwrap();
+        (spec.holder_identity, spec.lease_transitions)
+    };
+    let (_, transitions) = lease().await;
+
+    // Two whole durations with a live leader: the skewed follower never takes over.
+    let watch_until = Instant::now() + duration * 2;
+    while Instant::now() < watch_until {
+        assert_eq!(leader_gauge(leader.metrics_port).await, Some(1));
+        assert_eq!(
+            leader_gauge(follower.metrics_port).await,
+            Some(0),
+            "the skewed follower took over a live leader:\n{}",
+            follower.log_text()
+        );
+        assert_eq!(lease().await, (Some("steady".to_string()), transitions));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // The leader dies: the skewed follower takes over within duration + one renew period.
+    let killed = Instant::now();
+    leader.kill();
+    let bound = duration + renew;
+    wait_for("the skewed follower to take over", bound * 2, || async {
+        match (leader_gauge(follower.metrics_port).await, lease().await.0) {
+            (Some(1), Some(holder)) if holder == "skewed" => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
+    let handover = killed.elapsed();
+    eprintln!("skew {skew}: handover after SIGKILL {handover:?} (bound {bound:?})");
+    assert!(
+        handover <= bound,
+        "the skewed follower took {handover:?} to take over, more than {bound:?}:\n{}",
+        follower.log_text()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_follower_whose_clock_is_an_hour_ahead_waits_for_the_leader() {
+    skewed_follower("leader-skew-ahead", "+1h", 3600).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_follower_whose_clock_is_an_hour_behind_takes_over_a_dead_leader() {
+    skewed_follower("leader-skew-behind", "-1h", -3600).await;
+}
