@@ -14,20 +14,21 @@
 //! NTP answers; comparing another replica's `renewTime` with that clock would make a board
 //! whose clock is behind never take over from a dead leader, and one whose clock is ahead
 //! take over from a live one. `renewTime` and `acquireTime` are still written (wall clock,
-//! for people and `kubectl`), and a change of them is what shows the holder is alive. Every write is a `create` or a `replace` carrying the
-//! `resourceVersion` that was read, so of two replicas racing for the Lease exactly one wins
-//! (the other gets 409). On shutdown the leader releases the Lease (no holder), so the next
-//! one takes over at once instead of waiting for it to expire.
+//! for people and `kubectl`), and a change of them is what shows the holder is alive.
 //!
-//! What to do with what was read is decided by the pure [`decide`] and [`next_spec`], which the
-//! unit tests below exercise; [`Elector::run`] does only the I/O and the timing.
+//! Every write is a `create` or a `replace` carrying the `resourceVersion` that was read, so
+//! of two replicas racing for the Lease exactly one wins (the other gets 409). On shutdown the
+//! leader releases the Lease (no holder), so the next one takes over at once instead of
+//! waiting for it to expire.
+//!
+//! What to do with what was read is decided by the pure [`decide`] and [`next_spec`] (in
+//! `decide.rs`), which the unit tests exercise; [`Elector::run`] does only the I/O and the
+//! timing.
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::coordination::v1::{Lease, LeaseSpec},
-    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
-    jiff::Timestamp,
+    api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::ObjectMeta, jiff::Timestamp,
 };
 use kube::{
     Api, Client,
@@ -36,6 +37,10 @@ use kube::{
 use tokio::{sync::watch, time::Instant};
 
 use crate::{config::Config, metrics::Metrics, shutdown::Shutdown};
+
+mod decide;
+
+pub use decide::{Decision, Observed, Seen, decide, next_spec, released_spec};
 
 /// How long after the computed expiry a follower reads the Lease again: the read that may
 /// take it over comes just after the expiry, not up to a retry period later.
@@ -102,160 +107,6 @@ pub fn default_identity() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "mutantops".to_string());
     format!("{host}-{}", std::process::id())
-}
-
-/// What one read of the Lease says, as far as the decision goes. Two reads that give equal
-/// `Observed` values saw the same record: nobody renewed or took it in between.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Observed {
-    /// `spec.holderIdentity`.
-    pub holder: Option<String>,
-    /// `spec.renewTime`: compared only for a change, never with this replica's clock.
-    pub renew_time: Option<Timestamp>,
-    /// `spec.leaseDurationSeconds`.
-    pub duration_seconds: Option<i32>,
-}
-
-impl Observed {
-    /// The fields of a Lease that the decision reads.
-    pub fn of(lease: &Lease) -> Observed {
-        let spec = lease.spec.clone().unwrap_or_default();
-        Observed {
-            holder: spec.holder_identity,
-            renew_time: spec.renew_time.map(|t| t.0),
-            duration_seconds: spec.lease_duration_seconds,
-        }
-    }
-}
-
-/// Since when this replica has seen the Lease record unchanged, on its monotonic clock: the
-/// local clock that [`decide`] times expiry with.
-#[derive(Debug, Clone, Default)]
-pub struct Seen {
-    last: Option<(Observed, Instant)>,
-}
-
-impl Seen {
-    /// Records the record read at `now` and returns since when it has been unchanged: `now`
-    /// when it differs from the previous read (or there was none), else the earlier moment.
-    pub fn observe(&mut self, record: &Observed, now: Instant) -> Instant {
-        match &self.last {
-            Some((previous, since)) if previous == record => *since,
-            _ => {
-                self.last = Some((record.clone(), now));
-                now
-            }
-        }
-    }
-
-    /// Forgets the record, as when the Lease is gone.
-    pub fn forget(&mut self) {
-        self.last = None;
-    }
-}
-
-/// What to do after reading the Lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// There is no Lease: create it, held by this replica.
-    Create,
-    /// This replica holds it: renew it.
-    Renew,
-    /// It has no holder, or its holder let it expire: take it over.
-    TakeOver,
-    /// Another replica holds it and it has not expired: follow.
-    Follow {
-        /// The leader.
-        holder: String,
-        /// When the Lease expires unless its record changes first (this replica's clock).
-        expires: Instant,
-    },
-}
-
-/// Decides what `me` does with the Lease as read at `now`, a record this replica has seen
-/// unchanged since `unchanged_since` (from [`Seen::observe`]). `default_duration` stands in for
-/// a Lease without `leaseDurationSeconds` (or a nonsensical one).
-///
-/// Another's Lease is expired when `unchanged_since + leaseDurationSeconds < now`: exactly at
-/// that instant it is still valid. Both instants are this replica's monotonic clock, so no
-/// wall clock (ours or the holder's) takes part: a `renewTime` far in the past or the future
-/// says nothing about whether the holder is alive, only its change does.
-pub fn decide(
-    lease: Option<&Observed>,
-    me: &str,
-    unchanged_since: Instant,
-    now: Instant,
-    default_duration: Duration,
-) -> Decision {
-    let Some(lease) = lease else {
-        return Decision::Create;
-    };
-    let holder = match lease.holder.as_deref() {
-        None | Some("") => return Decision::TakeOver,
-        Some(holder) if holder == me => return Decision::Renew,
-        Some(holder) => holder,
-    };
-    let duration = lease
-        .duration_seconds
-        .and_then(|s| u64::try_from(s).ok())
-        .filter(|s| *s > 0)
-        .map_or(default_duration, Duration::from_secs);
-    match unchanged_since.checked_add(duration) {
-        Some(expires) if expires < now => Decision::TakeOver,
-        // Valid; or so far away that it overflows, which is valid for good.
-        expires => Decision::Follow {
-            holder: holder.to_string(),
-            expires: expires.unwrap_or(now + default_duration),
-        },
-    }
-}
-
-/// The Lease spec to write for `decision` (`None` for [`Decision::Follow`]): held by `me`,
-/// renewed `now`, for `duration_seconds`. A take-over sets `acquireTime` and counts one more
-/// `leaseTransitions`; a renewal keeps both.
-pub fn next_spec(
-    decision: &Decision,
-    old: Option<&LeaseSpec>,
-    me: &str,
-    now: Timestamp,
-    duration_seconds: i32,
-) -> Option<LeaseSpec> {
-    let old = old.cloned().unwrap_or_default();
-    let now = Some(MicroTime(now));
-    let spec = match decision {
-        Decision::Follow { .. } => return None,
-        Decision::Create => LeaseSpec {
-            acquire_time: now.clone(),
-            lease_transitions: Some(0),
-            ..LeaseSpec::default()
-        },
-        Decision::Renew => LeaseSpec {
-            acquire_time: old.acquire_time.clone().or_else(|| now.clone()),
-            ..old
-        },
-        Decision::TakeOver => LeaseSpec {
-            acquire_time: now.clone(),
-            lease_transitions: Some(old.lease_transitions.unwrap_or(0).saturating_add(1)),
-            ..old
-        },
-    };
-    Some(LeaseSpec {
-        holder_identity: Some(me.to_string()),
-        renew_time: now,
-        lease_duration_seconds: Some(duration_seconds),
-        ..spec
-    })
-}
-
-/// The spec of a released Lease: no holder, so the next replica takes it at once (and a
-/// client that waits for expiry instead waits one second).
-pub fn released_spec(old: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpec {
-    LeaseSpec {
-        holder_identity: None,
-        renew_time: Some(MicroTime(now)),
-        lease_duration_seconds: Some(1),
-        ..old.cloned().unwrap_or_default()
-    }
 }
 
 /// What one attempt came to.
@@ -396,13 +247,7 @@ impl Elector {
         // The moment of the answer: the record was current then.
         let read_at = Instant::now();
         let observed = existing.as_ref().map(Observed::of);
-        let unchanged_since = match &observed {
-            Some(record) => seen.observe(record, read_at),
-            None => {
-                seen.forget();
-                read_at
-            }
-        };
+        let unchanged_since = seen.observe(observed.as_ref(), read_at);
         let decision = decide(
             observed.as_ref(),
             me,

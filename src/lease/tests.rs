@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, reason = "a failed step must fail the test")]
 
+use k8s_openapi::{api::coordination::v1::LeaseSpec, apimachinery::pkg::apis::meta::v1::MicroTime};
+
 use super::*;
 
 const D: Duration = Duration::from_secs(15);
@@ -116,22 +118,22 @@ fn the_wall_clock_takes_no_part() {
 fn seen_counts_from_the_last_change() {
     let mut seen = Seen::default();
     let first = held(Some("other"), Some(0), Some(15));
-    assert_eq!(seen.observe(&first, mono(1.0)), mono(1.0));
+    assert_eq!(seen.observe(Some(&first), mono(1.0)), mono(1.0));
     // The same record read again: still since the first sight.
-    assert_eq!(seen.observe(&first, mono(4.0)), mono(1.0));
-    assert_eq!(seen.observe(&first.clone(), mono(9.0)), mono(1.0));
+    assert_eq!(seen.observe(Some(&first), mono(4.0)), mono(1.0));
+    assert_eq!(seen.observe(Some(&first.clone()), mono(9.0)), mono(1.0));
     // A renewal (renewTime moved, whichever way the holder's clock went) restarts it.
     let renewed = held(Some("other"), Some(-3_600), Some(15));
-    assert_eq!(seen.observe(&renewed, mono(10.0)), mono(10.0));
-    assert_eq!(seen.observe(&renewed, mono(12.0)), mono(10.0));
+    assert_eq!(seen.observe(Some(&renewed), mono(10.0)), mono(10.0));
+    assert_eq!(seen.observe(Some(&renewed), mono(12.0)), mono(10.0));
     // So does a new holder, or a new duration.
     let taken = held(Some("third"), Some(-3_600), Some(15));
-    assert_eq!(seen.observe(&taken, mono(13.0)), mono(13.0));
+    assert_eq!(seen.observe(Some(&taken), mono(13.0)), mono(13.0));
     let longer = held(Some("third"), Some(-3_600), Some(30));
-    assert_eq!(seen.observe(&longer, mono(14.0)), mono(14.0));
+    assert_eq!(seen.observe(Some(&longer), mono(14.0)), mono(14.0));
     // After the Lease was gone, the same record again counts as new.
-    seen.forget();
-    assert_eq!(seen.observe(&longer, mono(20.0)), mono(20.0));
+    assert_eq!(seen.observe(None, mono(19.0)), mono(19.0));
+    assert_eq!(seen.observe(Some(&longer), mono(20.0)), mono(20.0));
 }
 
 /// A follower polling every `retry` seconds, with its wall clock `skew` seconds off, while
@@ -144,7 +146,7 @@ fn take_over_at(skew: i64, renew: f64, retry: f64, dies: f64, until: f64) -> Opt
         // The holder's last renewal before `now` (it stops at `dies`), in its wall clock.
         let last = (now.min(dies) / renew).floor() * renew;
         let record = held(Some("other"), Some(last as i64 + skew), Some(15));
-        let since = seen.observe(&record, mono(now));
+        let since = seen.observe(Some(&record), mono(now));
         match decide(Some(&record), "me", since, mono(now), D) {
             Decision::TakeOver => return Some(now),
             Decision::Follow { expires, .. } => {
