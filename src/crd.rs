@@ -1,16 +1,18 @@
 //! The two custom resources, `MutantDeployment` and `Mutation` (group `neiam.org`, version
 //! `v1`), their status, and `mutantops crd`, which prints their CustomResourceDefinitions.
 //!
-//! The base Deployment is kept as raw JSON (`serde_json::Value`) on purpose: its schema is
+//! The base Deployment is kept as raw JSON ([`EmbeddedJson`]) on purpose: its schema is
 //! `x-kubernetes-preserve-unknown-fields`, so the API server accepts anything there, and one
 //! object with a malformed base must be reported in its own status (R10) rather than break
-//! the decoding of every object in a watch.
+//! the decoding of every object in a watch. It is held as compact text, not as a
+//! `serde_json::Value` tree: every owner is cached, and the tree costs several times the text.
 
 use std::collections::BTreeMap;
 
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Value, value::RawValue};
 
 use crate::{Error, Result};
 
@@ -81,7 +83,7 @@ pub struct MutantDeploymentSpec {
     /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
     /// created itself; each variant is a copy of it.
     #[schemars(schema_with = "embedded_deployment")]
-    pub deployment: serde_json::Value,
+    pub deployment: EmbeddedJson,
 
     /// The variants to run. Removing one deletes its Deployment.
     #[serde(default)]
@@ -135,13 +137,62 @@ pub struct MutationSpec {
     /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
     /// created itself; each variant is a copy of it.
     #[schemars(schema_with = "embedded_deployment")]
-    pub deployment: serde_json::Value,
+    pub deployment: EmbeddedJson,
 
     /// The variants to run, usually added and removed through the HTTP API. An Argo CD synced
     /// Mutation with annotation mutantops.neiam.org/runtime-variants=true leaves this out of
     /// its manifest.
     #[serde(default)]
     pub variants: Vec<Variant>,
+}
+
+/// Any JSON value, held as its compact text: decoded from whatever JSON was given (a
+/// malformed base is still decoded, and reported by the reconcile), written out as is, and
+/// parsed only where it is read ([`EmbeddedJson::value`]).
+#[derive(Clone, Debug)]
+pub struct EmbeddedJson(Box<RawValue>);
+
+impl EmbeddedJson {
+    /// The value as a tree, for reading it.
+    pub fn value(&self) -> Value {
+        // The text was written by serde_json from a Value: it parses.
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+
+    /// The compact text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl From<&Value> for EmbeddedJson {
+    fn from(value: &Value) -> Self {
+        let text = value.to_string();
+        // A Value always serializes to valid JSON; `null` is the unreachable fallback.
+        EmbeddedJson(RawValue::from_string(text).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+}
+
+impl PartialEq for EmbeddedJson {
+    /// Compares the compact texts, which are canonical: keys sorted, no whitespace.
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for EmbeddedJson {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for EmbeddedJson {
+    /// Through a `Value`, so that keys come out sorted and the text is the same whatever the
+    /// input's spacing and order, and so that any deserializer works (watch events are
+    /// buffered by their tag).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(EmbeddedJson::from(&Value::deserialize(deserializer)?))
+    }
 }
 
 /// State of one variant.
@@ -272,4 +323,44 @@ pub fn print_crds() -> Result<()> {
     stdout.write_all(yaml.as_bytes())?;
     stdout.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // R1, R10: the base is kept as written, whatever it holds, in one canonical text.
+    #[test]
+    fn an_embedded_base_is_kept_as_compact_canonical_text() {
+        let spaced: MutationSpec = serde_json::from_str(
+            r#"{"deployment": { "kind": "Deployment", "apiVersion": "apps/v1",
+                 "metadata": {"name": "web"} }, "variants": []}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            spaced.deployment.text(),
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"}}"#
+        );
+        let reordered = EmbeddedJson::from(&json!({
+            "metadata": {"name": "web"}, "apiVersion": "apps/v1", "kind": "Deployment"
+        }));
+        assert_eq!(spaced.deployment, reordered);
+        assert_eq!(reordered.value()["metadata"]["name"], "web");
+        // written out as is, inside the owner
+        let written = serde_json::to_string(&spaced).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            written.starts_with(r#"{"deployment":{"apiVersion":"apps/v1","#),
+            "{written}"
+        );
+        // through a buffering deserializer too (a watch event read by its tag first)
+        let from_value: MutationSpec =
+            serde_json::from_value(json!({"deployment": 7})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(from_value.deployment.value(), json!(7));
+        assert_eq!(
+            serde_json::to_value(&from_value).unwrap_or_default()["deployment"],
+            json!(7)
+        );
+    }
 }

@@ -11,7 +11,9 @@
 //!   steady-state reconcile writes nothing (R5, R12);
 //! - **own**: [`may_prune`] and [`Planned::check_existing`] decide which Deployments are ours to
 //!   delete or overwrite (R6, R9);
-//! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11).
+//! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
+//! - **observe**: [`ObservedDeployment`] is what the controllers cache of a generated
+//!   Deployment: the metadata, the counters, and the rest as compact text for `needs_apply`.
 //!
 //! Nothing here does I/O, awaits or reads a clock, so the controller's reconcile is a thin
 //! shell of API calls around these functions and every decision is unit-tested by feeding
@@ -24,6 +26,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 mod build;
+mod observed;
 mod status;
 mod validate;
 
@@ -31,6 +34,7 @@ mod validate;
 mod tests;
 
 pub use build::{Planned, build, needs_apply, plan};
+pub use observed::{ObservedDeployment, RolloutCounts};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{Base, deployment_name, validate_env_name, validate_label, validate_variant};
 

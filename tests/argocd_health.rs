@@ -222,7 +222,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
     let mut m = Mutation::new(
         "web",
         MutationSpec {
-            deployment: base(),
+            deployment: (&base()).into(),
             variants: spec_variants,
         },
     );

@@ -1227,7 +1227,10 @@ fn deployment_differences(
     // Everything else (annotations, the desired-state hash) as the operator builds it.
     let base = Base::parse(&base(&owner.base)).unwrap();
     let desired = variant::build(&base, &owner.owner(&ctx.ns), v);
-    if variant::needs_apply(&desired, Some(d)) {
+    let observed = serde_json::to_value(d)
+        .and_then(serde_json::from_value::<variant::ObservedDeployment>)
+        .unwrap();
+    if variant::needs_apply(&desired, Some(&observed)) {
         problem("differs from what the operator builds for its variant".to_string());
     }
     problems

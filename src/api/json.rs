@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
-use crate::crd::{Mutation, Variant, VariantStatus};
+use crate::crd::{EmbeddedJson, Mutation, Variant, VariantStatus};
 
 /// Annotation that Argo CD puts on what it syncs.
 pub const ARGO_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
@@ -89,8 +89,8 @@ pub struct MutationView {
     pub name: String,
     /// metadata.namespace.
     pub namespace: String,
-    /// The base Deployment.
-    pub deployment: serde_json::Value,
+    /// The base Deployment, written out as kept.
+    pub deployment: EmbeddedJson,
     /// Its variants.
     pub variants: Vec<VariantView>,
     /// Name of its token's Secret; null until the controller has made it.
@@ -162,7 +162,9 @@ mod tests {
         let mut m = Mutation::new(
             "web",
             MutationSpec {
-                deployment: json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+                deployment: EmbeddedJson::from(
+                    &json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+                ),
                 variants: vec![Variant {
                     label: "beta".into(),
                     env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),

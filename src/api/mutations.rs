@@ -16,7 +16,7 @@ use super::{
     json::{CreateMutation, argo_synced, mutation_view},
 };
 use crate::{
-    crd::{Mutation, MutationSpec, Variant},
+    crd::{EmbeddedJson, Mutation, MutationSpec, Variant},
     http,
     variant::{Base, validate_label, validate_variant},
 };
@@ -74,7 +74,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
             ..ObjectMeta::default()
         },
         spec: MutationSpec {
-            deployment: body.deployment,
+            deployment: EmbeddedJson::from(&body.deployment),
             variants,
         },
         status: None,

@@ -124,6 +124,7 @@ fn absent(ns: &str, name: &str, label: &str) -> ApiError {
 fn base_name(m: &Mutation) -> String {
     m.spec
         .deployment
+        .value()
         .pointer("/metadata/name")
         .and_then(|n| n.as_str())
         .unwrap_or_default()

@@ -21,10 +21,7 @@ use std::{
 };
 
 use futures::{Future, StreamExt};
-use k8s_openapi::{
-    NamespaceResourceScope,
-    api::{apps::v1::Deployment, core::v1::Secret},
-};
+use k8s_openapi::{NamespaceResourceScope, api::core::v1::Secret};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -41,11 +38,11 @@ use tokio::sync::watch;
 
 use crate::{
     Error,
-    crd::{MutantDeployment, Mutation, OwnerStatus, Variant},
+    crd::{EmbeddedJson, MutantDeployment, Mutation, OwnerStatus, Variant},
     lease,
     metrics::Metrics,
     shutdown::Shutdown,
-    variant::{KIND_LABEL, OwnerKind},
+    variant::{KIND_LABEL, ObservedDeployment, OwnerKind},
 };
 
 /// Reconciles of one kind in flight at once. kube-runtime's default is unbounded: a restart
@@ -79,7 +76,7 @@ pub trait OwnerResource:
     /// Which kind this is.
     const KIND: OwnerKind;
     /// The base Deployment as written.
-    fn base(&self) -> &serde_json::Value;
+    fn base(&self) -> &EmbeddedJson;
     /// The declared variants, in order.
     fn variants(&self) -> &[Variant];
     /// The last reported status.
@@ -88,7 +85,7 @@ pub trait OwnerResource:
 
 impl OwnerResource for MutantDeployment {
     const KIND: OwnerKind = OwnerKind::MutantDeployment;
-    fn base(&self) -> &serde_json::Value {
+    fn base(&self) -> &EmbeddedJson {
         &self.spec.deployment
     }
     fn variants(&self) -> &[Variant] {
@@ -101,7 +98,7 @@ impl OwnerResource for MutantDeployment {
 
 impl OwnerResource for Mutation {
     const KIND: OwnerKind = OwnerKind::Mutation;
-    fn base(&self) -> &serde_json::Value {
+    fn base(&self) -> &EmbeddedJson {
         &self.spec.deployment
     }
     fn variants(&self) -> &[Variant] {
@@ -116,8 +113,9 @@ impl OwnerResource for Mutation {
 pub struct Context {
     /// The API client.
     pub client: Client,
-    /// This controller's generated Deployments (label-selected).
-    pub deployments: Store<Deployment>,
+    /// This controller's generated Deployments (label-selected), as much of each as
+    /// reconcile reads.
+    pub deployments: Store<ObservedDeployment>,
     /// Becomes true once the first list of `deployments` is in. (Not the store's own
     /// `wait_until_ready`, which wakes only the last of several waiters.)
     pub deployments_listed: watch::Receiver<bool>,
@@ -252,11 +250,11 @@ where
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
 
-    let deployments: Api<Deployment> = scoped(&client, namespace);
+    // Decoding drops what is never read (see ObservedDeployment): no `slim` needed.
+    let deployments: Api<ObservedDeployment> = scoped(&client, namespace);
     let (deployment_store, deployment_writer) = reflector::store();
     let deployment_stream = watcher(deployments, watcher::Config::default().labels(&selector))
         .default_backoff()
-        .modify(slim)
         .reflect(deployment_writer)
         .touched_objects();
 
@@ -450,7 +448,7 @@ mod tests {
     /// when it arrives (the store's own wait would wake only one of them).
     #[tokio::test]
     async fn every_waiter_sees_the_first_list() {
-        let (store, mut writer) = reflector::store::<Deployment>();
+        let (store, mut writer) = reflector::store::<ObservedDeployment>();
         let flag = listed(store);
         let waiters: Vec<_> = (0..8)
             .map(|_| {
@@ -470,7 +468,7 @@ mod tests {
     /// A watch that ends before its first list wakes the waiters with an error.
     #[tokio::test]
     async fn waiters_are_released_when_the_watch_ends() {
-        let (store, writer) = reflector::store::<Deployment>();
+        let (store, writer) = reflector::store::<ObservedDeployment>();
         let mut flag = listed(store);
         drop(writer);
         let woke =

@@ -7,10 +7,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::ObjectReference},
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
@@ -30,8 +27,8 @@ use crate::{
     Error, Result,
     crd::{OwnerStatus, VariantState, VariantStatus},
     variant::{
-        self, Base, FIELD_MANAGER, OWNER_LABEL, Owner, OwnerKind, Planned, READY_CONDITION,
-        VARIANT_LABEL,
+        self, Base, FIELD_MANAGER, OWNER_LABEL, ObservedDeployment, Owner, OwnerKind, Planned,
+        READY_CONDITION, VARIANT_LABEL,
     },
 };
 
@@ -63,7 +60,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         OwnerKind::MutantDeployment => None,
     };
 
-    let (variants, base_error) = match Base::parse(obj.base()) {
+    let (variants, base_error) = match Base::parse(&obj.base().value()) {
         Err(problem) => (
             keep_running(&ctx, &owner, obj.as_ref(), &problem),
             Some(problem),
@@ -119,7 +116,7 @@ async fn converge<K: OwnerResource>(
     obj: &K,
     base: &Base,
 ) -> Result<Result<Vec<VariantStatus>, String>> {
-    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let api: Api<ObservedDeployment> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let mut statuses = Vec::with_capacity(obj.variants().len());
     let mut applied_any = false;
     let mut declared = BTreeSet::new();
@@ -127,7 +124,10 @@ async fn converge<K: OwnerResource>(
     for planned in variant::plan(base, owner, obj.variants()) {
         declared.insert(planned.name().to_string());
         let key = ObjectRef::new(planned.name()).within(&owner.namespace);
-        let mut observed = ctx.deployments.get(&key).map(|d| Deployment::clone(&d));
+        let mut observed = ctx
+            .deployments
+            .get(&key)
+            .map(|d| ObservedDeployment::clone(&d));
         let mut planned = planned;
         if matches!(planned, Planned::Apply { .. }) {
             let ours = observed
@@ -193,7 +193,7 @@ async fn prune<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
-    api: &Api<Deployment>,
+    api: &Api<ObservedDeployment>,
     declared: &BTreeSet<String>,
 ) -> Result<()> {
     let stale: Vec<(String, Option<String>)> = ctx
@@ -236,10 +236,8 @@ fn keep_running<K: OwnerResource>(
     problem: &str,
 ) -> Vec<VariantStatus> {
     let running = ctx.deployments.state();
-    let base_name = obj
-        .base()
-        .pointer("/metadata/name")
-        .and_then(|n| n.as_str());
+    let base = obj.base().value();
+    let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
     obj.variants()
         .iter()
         .map(|v| {

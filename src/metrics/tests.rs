@@ -46,7 +46,7 @@ fn mutant_deployment(name: &str, labels: &[&str]) -> MutantDeployment {
     let mut md = MutantDeployment::new(
         name,
         MutantDeploymentSpec {
-            deployment: serde_json::json!({}),
+            deployment: (&serde_json::json!({})).into(),
             mutations: labels.iter().map(|l| variant(l)).collect(),
         },
     );
@@ -58,7 +58,7 @@ fn mutation(name: &str, labels: &[&str], states: &[VariantState]) -> Mutation {
     let mut m = Mutation::new(
         name,
         MutationSpec {
-            deployment: serde_json::json!({}),
+            deployment: (&serde_json::json!({})).into(),
             variants: labels.iter().map(|l| variant(l)).collect(),
         },
     );

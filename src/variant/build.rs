@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::validate::{deployment_name, validate_variant};
-use super::{Base, HASH_ANNOTATION, OWNER_LABEL, Owner, is_controlled_by, variant_state};
+use super::{
+    Base, HASH_ANNOTATION, OWNER_LABEL, ObservedDeployment, Owner, is_controlled_by, variant_state,
+};
 use crate::crd::{Variant, VariantState, VariantStatus};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
@@ -233,7 +234,7 @@ impl Planned {
 
     /// The variant's status line (R11). `observed` is its Deployment as last seen, if this
     /// owner controls one; Invalid and Conflict variants report 0 replicas.
-    pub fn status(&self, observed: Option<&Deployment>) -> VariantStatus {
+    pub fn status(&self, observed: Option<&ObservedDeployment>) -> VariantStatus {
         let (state, message, replicas, ready_replicas) = match self {
             Planned::Apply { instances, .. } => {
                 let (state, replicas, ready) = variant_state(*instances, observed);
@@ -316,11 +317,8 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
 /// Zero values (`null`, `false`, `0`, `""`, `[]`, `{}`) match an absent field, as the API
 /// server omits them, and a number matches the same digits as a string (quantities). Other
 /// server normalisations (e.g. `0.5` CPU read back as `500m`) only cost a no-op apply.
-pub fn needs_apply<T: serde::Serialize>(desired: &Value, observed: Option<&T>) -> bool {
-    match observed.map(serde_json::to_value) {
-        Some(Ok(observed)) => !is_subset(desired, &observed),
-        _ => true,
-    }
+pub fn needs_apply(desired: &Value, observed: Option<&ObservedDeployment>) -> bool {
+    observed.is_none_or(|observed| !is_subset(desired, &observed.comparable()))
 }
 
 fn is_subset(desired: &Value, observed: &Value) -> bool {

@@ -1,8 +1,6 @@
 //! The status of variants and of their owner (R3, R11, R12).
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
-
-use super::READY_CONDITION;
+use super::{ObservedDeployment, READY_CONDITION, RolloutCounts};
 use crate::crd::{Condition, VariantState, VariantStatus};
 
 /// State of a valid variant from its Deployment (R11), with the replicas to report:
@@ -13,17 +11,13 @@ use crate::crd::{Condition, VariantState, VariantStatus};
 /// (missing counts as 0) all equal `instances`; so 0 instances is Ready at 0 once observed.
 /// Otherwise `Progressing`. `replicas` is `spec.replicas` (`instances` when absent), ready is
 /// `status.readyReplicas` (0 when absent).
-pub fn variant_state(instances: i32, dep: Option<&Deployment>) -> (VariantState, i32, i32) {
+pub fn variant_state(instances: i32, dep: Option<&ObservedDeployment>) -> (VariantState, i32, i32) {
     let Some(dep) = dep else {
         return (VariantState::Progressing, instances, 0);
     };
-    let replicas = dep
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(instances);
+    let replicas = dep.replicas.unwrap_or(instances);
     let status = dep.status.as_ref();
-    let count = |f: fn(&DeploymentStatus) -> Option<i32>| status.and_then(f).unwrap_or(0);
+    let count = |f: fn(&RolloutCounts) -> Option<i32>| status.and_then(f).unwrap_or(0);
     let ready = count(|s| s.ready_replicas);
     let observed = match status.and_then(|s| s.observed_generation) {
         Some(seen) => seen >= dep.metadata.generation.unwrap_or(0),

@@ -1,7 +1,6 @@
 //! Unit tests of the pure variant logic; each cites the rule of the behaviour contract it
 //! checks. Shared fixtures live here, the tests of each submodule beside them in `tests/`.
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Value, json};
 
@@ -138,8 +137,14 @@ fn meta(labels: &[(&str, &str)], controller: Option<(&str, &str, &str)>) -> Obje
 }
 
 /// What the API server and the cache give back for `desired`: defaults and server fields added.
-fn observed(desired: &Value) -> Deployment {
-    let mut v = desired.clone();
+fn observed(desired: &Value) -> ObservedDeployment {
+    decode(desired.clone())
+}
+
+/// `desired` as the API server would return it once applied: defaults added, a status
+/// written, decoded as the controllers cache it.
+fn decode(desired: Value) -> ObservedDeployment {
+    let mut v = desired;
     v["metadata"]["uid"] = json!("d-uid");
     v["metadata"]["resourceVersion"] = json!("9");
     v["metadata"]["generation"] = json!(1);
@@ -190,7 +195,7 @@ fn owner_from_resource_needs_namespace_and_uid() {
     let mut m = crate::crd::Mutation::new(
         "snap",
         crate::crd::MutationSpec {
-            deployment: base_json(),
+            deployment: (&base_json()).into(),
             variants: vec![],
         },
     );

@@ -1,7 +1,6 @@
 //! Tests of building, planning, foreign Deployments and the apply decision (R4, R5, R8, R9,
 //! R12, R21).
 
-use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
 
 use super::*;
@@ -249,23 +248,27 @@ fn a_matching_deployment_needs_no_apply() {
     let mut b = base_json();
     // zero values the API server omits and a quantity it turns into a string
     b["spec"]["paused"] = json!(false);
-    // fields unknown to k8s-openapi do not survive a typed cache: see `needs_apply`
     b["spec"]["template"]["spec"]["futureField"] = Value::Null;
     b["spec"]["template"]["spec"]["containers"][1]["args"] = json!([]);
     b["spec"]["template"]["spec"]["containers"][1]["resources"] = json!({"limits": {"cpu": 1}});
     let base = Base::parse(&b).unwrap_or_else(|e| panic!("{e}"));
     let desired = build(&base, &owner(), &variant("canary", &[("X", "1")], 1));
-    let mut obs = observed(&desired);
-    if let Some(spec) = obs.spec.as_mut() {
-        spec.paused = None;
-        if let Some(pod) = spec.template.spec.as_mut() {
-            pod.containers[1].args = None;
-        }
+    let mut served = desired.clone();
+    if let Some(spec) = served["spec"].as_object_mut() {
+        spec.remove("paused");
     }
-    let obs_json = serde_json::to_value(&obs).unwrap_or_default();
+    let pod = &mut served["spec"]["template"]["spec"];
+    if let Some(pod) = pod.as_object_mut() {
+        pod.remove("futureField");
+    }
+    if let Some(c) = pod["containers"][1].as_object_mut() {
+        c.remove("args");
+    }
+    pod["containers"][1]["resources"]["limits"]["cpu"] = json!("1");
+    let obs = decode(served);
     assert_eq!(
         at(
-            &obs_json,
+            &obs.comparable(),
             "/spec/template/spec/containers/1/resources/limits/cpu"
         ),
         "1"
@@ -277,23 +280,29 @@ fn a_matching_deployment_needs_no_apply() {
 #[test]
 fn deletes_hand_edits_and_desired_changes_need_an_apply() {
     let desired = build(&base(), &owner(), &variant("canary", &[("X", "1")], 1));
-    assert!(needs_apply::<Deployment>(&desired, None));
-    let mut scaled = observed(&desired);
-    if let Some(spec) = scaled.spec.as_mut() {
-        spec.replicas = Some(5);
-    }
-    assert!(needs_apply(&desired, Some(&scaled)));
-    let mut unlabelled = observed(&desired);
-    if let Some(labels) = unlabelled.metadata.labels.as_mut() {
+    assert!(needs_apply(&desired, None));
+    let mut scaled = desired.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    assert!(needs_apply(&desired, Some(&decode(scaled))));
+    let mut unlabelled = desired.clone();
+    if let Some(labels) = unlabelled["metadata"]["labels"].as_object_mut() {
         labels.remove(VARIANT_LABEL);
     }
-    assert!(needs_apply(&desired, Some(&unlabelled)));
+    assert!(needs_apply(&desired, Some(&decode(unlabelled))));
+    let mut unannotated = desired.clone();
+    if let Some(annotations) = unannotated["metadata"]["annotations"].as_object_mut() {
+        annotations.remove(HASH_ANNOTATION);
+    }
+    assert!(needs_apply(&desired, Some(&decode(unannotated))));
     let mut env_added = desired.clone();
     if let Some(env) = env_added["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut()
     {
         env.push(json!({"name": "HAND", "value": "1"}));
     }
     assert!(needs_apply(&desired, Some(&observed(&env_added))));
+    let mut image = desired.clone();
+    image["spec"]["template"]["spec"]["containers"][1]["image"] = json!("elsewhere:1");
+    assert!(needs_apply(&desired, Some(&decode(image))));
     // a desired state that only removes a field still differs, through the hash
     let mut b = base_json();
     b["metadata"]["annotations"] = json!({});
@@ -303,4 +312,56 @@ fn deletes_hand_edits_and_desired_changes_need_an_apply() {
         &variant("canary", &[("X", "1")], 1),
     );
     assert!(needs_apply(&fewer, Some(&observed(&desired))));
+}
+
+// R5, R11: what the cache keeps of a Deployment from the API server
+#[test]
+fn an_observed_deployment_keeps_what_reconcile_reads() {
+    let desired = build(&base(), &owner(), &variant("canary", &[("X", "1")], 3));
+    let mut served = desired.clone();
+    served["metadata"]["managedFields"] =
+        json!([{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]);
+    served["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
+        json!("{...}");
+    let obs = decode(served);
+    assert_eq!(obs.metadata.managed_fields, None);
+    assert_eq!(
+        obs.metadata.annotations, None,
+        "annotations live in the compared text"
+    );
+    assert_eq!(obs.replicas, Some(3));
+    assert_eq!(
+        obs.status,
+        Some(RolloutCounts {
+            observed_generation: Some(1),
+            replicas: Some(1),
+            ..RolloutCounts::default()
+        })
+    );
+    let comparable = obs.comparable();
+    assert_eq!(
+        at(&comparable, "/metadata/annotations"),
+        at(&desired, "/metadata/annotations"),
+        "last-applied dropped, the rest kept"
+    );
+    // the whole spec, with what the server added
+    assert_eq!(
+        at(&comparable, "/spec/template/spec/containers"),
+        at(
+            &observed(&desired).comparable(),
+            "/spec/template/spec/containers"
+        )
+    );
+    assert_eq!(
+        at(&comparable, "/spec/template/spec/restartPolicy"),
+        "Always"
+    );
+    assert_eq!(at(&comparable, "/spec/replicas"), 3);
+    assert_eq!(at(&comparable, "/metadata/uid"), "d-uid");
+    assert!(!needs_apply(&desired, Some(&obs)));
+    // a Deployment without spec or status decodes, and is applied over
+    let bare: ObservedDeployment =
+        serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap_or_default();
+    assert_eq!((bare.replicas, bare.status.clone()), (None, None));
+    assert!(needs_apply(&desired, Some(&bare)));
 }

@@ -1,29 +1,24 @@
 //! Tests of variant state, summary and the Ready condition (R3, R11, R12).
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 use crate::crd::{VariantState, VariantStatus};
 
-fn dep(generation: i64, spec: i32, status: Option<(i64, i32, i32, i32)>) -> Deployment {
-    Deployment {
-        metadata: ObjectMeta {
-            generation: Some(generation),
-            ..ObjectMeta::default()
-        },
-        spec: Some(DeploymentSpec {
-            replicas: Some(spec),
-            ..DeploymentSpec::default()
-        }),
-        status: status.map(|(observed, replicas, updated, ready)| DeploymentStatus {
-            observed_generation: Some(observed),
-            replicas: Some(replicas).filter(|r| *r != 0),
-            updated_replicas: Some(updated).filter(|r| *r != 0),
-            ready_replicas: Some(ready).filter(|r| *r != 0),
-            ..DeploymentStatus::default()
-        }),
-    }
+fn dep(generation: i64, spec: i32, status: Option<(i64, i32, i32, i32)>) -> ObservedDeployment {
+    let mut d = ObservedDeployment::default();
+    d.metadata = ObjectMeta {
+        generation: Some(generation),
+        ..ObjectMeta::default()
+    };
+    d.replicas = Some(spec);
+    d.status = status.map(|(observed, replicas, updated, ready)| RolloutCounts {
+        observed_generation: Some(observed),
+        replicas: Some(replicas).filter(|r| *r != 0),
+        updated_replicas: Some(updated).filter(|r| *r != 0),
+        ready_replicas: Some(ready).filter(|r| *r != 0),
+    });
+    d
 }
 
 // R11

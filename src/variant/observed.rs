@@ -1,0 +1,144 @@
+//! What the operator keeps of a generated Deployment: [`ObservedDeployment`].
+//!
+//! The controllers cache every Deployment they generated, and at scale that cache is most of
+//! the operator's memory. The full `k8s-openapi` Deployment costs 8 to 9 KiB per object (every
+//! optional field of the pod spec inline, a map node per level); what the operator reads of it
+//! is the metadata that says whose it is, `spec.replicas`, four status counters, and, only
+//! when a reconcile asks whether it must apply again (R5, R12), the annotations and the spec.
+//! Those two are kept as one compact JSON text and parsed on that question only, so one
+//! cached Deployment costs a small fraction of the typed struct, with nothing lost that the
+//! comparison needs: a hand edit anywhere in the spec is still seen and put back.
+
+use std::borrow::Cow;
+
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value, json};
+
+/// kubectl's copy of the whole object it last applied: never compared, never kept.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The counters of a Deployment's status that a variant's state is computed from (R11).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutCounts {
+    /// `status.observedGeneration`.
+    #[serde(default)]
+    pub observed_generation: Option<i64>,
+    /// `status.replicas`.
+    #[serde(default)]
+    pub replicas: Option<i32>,
+    /// `status.updatedReplicas`.
+    #[serde(default)]
+    pub updated_replicas: Option<i32>,
+    /// `status.readyReplicas`.
+    #[serde(default)]
+    pub ready_replicas: Option<i32>,
+}
+
+/// A Deployment as the operator caches it. Decoded from the API server's JSON (watch events,
+/// GET and apply responses) like any `apps/v1` Deployment, through [`kube::Resource`]:
+///
+/// - `metadata` without `managedFields` and without annotations (those are in the compared
+///   text; kubectl's last-applied copy is dropped);
+/// - `spec.replicas` and the status counters, typed;
+/// - the annotations and the whole spec as one compact JSON text, for [`Self::comparable`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedDeployment {
+    /// The object's metadata, without `managedFields` and annotations.
+    pub metadata: ObjectMeta,
+    /// `spec.replicas`, when set.
+    pub replicas: Option<i32>,
+    /// The status counters, when the Deployment controller has written a status.
+    pub status: Option<RolloutCounts>,
+    /// `{"annotations": {...}, "spec": {...}}` as compact JSON text.
+    compared: Box<str>,
+}
+
+impl ObservedDeployment {
+    /// The Deployment as a JSON object of `apiVersion`, `kind`, `metadata` (annotations
+    /// included) and `spec`: what [`super::needs_apply`] compares with the desired object.
+    pub fn comparable(&self) -> Value {
+        let mut rest: Value = serde_json::from_str(&self.compared).unwrap_or(Value::Null);
+        let mut metadata = serde_json::to_value(&self.metadata).unwrap_or(Value::Null);
+        if let (Some(meta), Some(annotations)) = (
+            metadata.as_object_mut(),
+            rest.get_mut("annotations").map(Value::take),
+        ) && !annotations.is_null()
+        {
+            meta.insert("annotations".into(), annotations);
+        }
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata,
+            "spec": rest.get_mut("spec").map(Value::take).unwrap_or(Value::Null),
+        })
+    }
+}
+
+/// The fields read off the wire; everything else (`status.conditions`, `managedFields`, ...) is
+/// skipped by the decoder.
+#[derive(Deserialize)]
+struct Wire {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<Map<String, Value>>,
+    #[serde(default)]
+    status: Option<RolloutCounts>,
+}
+
+impl<'de> Deserialize<'de> for ObservedDeployment {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let Wire {
+            mut metadata,
+            spec,
+            status,
+        } = Wire::deserialize(deserializer)?;
+        metadata.managed_fields = None;
+        let annotations = metadata.annotations.take().map(|mut annotations| {
+            annotations.remove(LAST_APPLIED);
+            annotations
+        });
+        let replicas = spec
+            .as_ref()
+            .and_then(|s| s.get("replicas"))
+            .and_then(Value::as_i64)
+            .and_then(|r| i32::try_from(r).ok());
+        let compared = json!({ "annotations": annotations, "spec": spec }).to_string();
+        Ok(ObservedDeployment {
+            metadata,
+            replicas,
+            status,
+            compared: compared.into_boxed_str(),
+        })
+    }
+}
+
+impl kube::Resource for ObservedDeployment {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("Deployment")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("apps")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("apps/v1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("deployments")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
