@@ -8,7 +8,7 @@ use std::sync::Arc;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 
 use crate::{
-    controller::Caches,
+    cache::Caches,
     http::{self, Body, ServerConfig},
     metrics::Metrics,
     shutdown::Shutdown,
@@ -93,7 +93,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_is_503_until_the_caches_sync() {
         // R26
-        let (caches, mut writers) = Caches::for_tests();
+        let (caches, mut writers) = crate::cache::for_tests();
         let metrics = Arc::new(Metrics::new());
         metrics.set_caches(caches.clone());
         let state = AdminState { metrics, caches };
@@ -102,7 +102,7 @@ mod tests {
             get(&state, "/readyz").await.0,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        writers.sync().await;
+        writers.sync();
         assert_eq!(
             get(&state, "/readyz").await,
             (StatusCode::OK, "ok\n".to_string())
@@ -111,7 +111,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_negotiates_its_format_and_refuses_other_methods() {
-        let (caches, _writers) = Caches::for_tests();
+        let (caches, _writers) = crate::cache::for_tests();
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,

@@ -76,21 +76,6 @@ pub fn run(command: Command) -> Result<()> {
     }
 }
 
-/// Formats an error with its chain of causes: `a: b: c`.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,12 +109,5 @@ mod tests {
             parse_words(&["run", "--now"]),
             Err("unexpected argument '--now'".to_string())
         );
-    }
-
-    #[test]
-    fn error_chain_joins_causes() {
-        let inner = std::io::Error::other("connection refused");
-        let outer = crate::Error::Io(inner);
-        assert_eq!(error_chain(&outer), "i/o: connection refused");
     }
 }

@@ -68,6 +68,9 @@ pub struct Config {
     /// `POD_NAME`: this replica's identity in the Lease; `None` (unset or empty) for
     /// `<hostname>-<pid>`.
     pub pod_name: Option<String>,
+    /// `HOSTNAME`: the host part of the default Lease identity; `None` (unset or empty) for
+    /// `/etc/hostname`.
+    pub hostname: Option<String>,
 }
 
 impl Config {
@@ -132,6 +135,9 @@ impl Config {
         let pod_name = text("POD_NAME")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
+        let hostname = text("HOSTNAME")?
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
         let lease_duration = match text("MUTANT_LEASE_DURATION_SECONDS")? {
             None => Duration::from_secs(DEFAULT_LEASE_DURATION_SECONDS),
             Some(value) => match value.trim().parse::<u64>() {
@@ -148,6 +154,7 @@ impl Config {
             lease_duration,
             pod_namespace,
             pod_name,
+            hostname,
             api_addr: addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?,
             metrics_addr: addr("MUTANT_METRICS_ADDR", DEFAULT_METRICS_ADDR)?,
             api_token,

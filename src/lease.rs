@@ -69,7 +69,10 @@ impl Settings {
             .clone()
             .or_else(|| config.watch_namespace.clone())
             .unwrap_or_else(|| "default".to_string());
-        let identity = config.pod_name.clone().unwrap_or_else(default_identity);
+        let identity = config
+            .pod_name
+            .clone()
+            .unwrap_or_else(|| default_identity(config.hostname.as_deref()));
         Settings {
             namespace,
             identity,
@@ -98,10 +101,10 @@ impl Settings {
     }
 }
 
-/// `<hostname>-<pid>`, the hostname from `HOSTNAME` or `/etc/hostname`.
-pub fn default_identity() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
+/// `<hostname>-<pid>`, the hostname from `HOSTNAME` (`hostname`) or `/etc/hostname`.
+pub fn default_identity(hostname: Option<&str>) -> String {
+    let host = hostname
+        .map(str::to_string)
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
@@ -202,7 +205,7 @@ impl Elector {
                     tracing::debug!("the lease was written concurrently");
                 }
                 Ok(Err(err)) => {
-                    tracing::warn!(error = %crate::cli::error_chain(&err), "leader election failed; retrying");
+                    tracing::warn!(error = %crate::error_chain(&err), "leader election failed; retrying");
                 }
                 Err(_) => tracing::warn!("leader election timed out; retrying"),
             }
@@ -225,7 +228,7 @@ impl Elector {
             match tokio::time::timeout(s.retry_every(), self.release()).await {
                 Ok(Ok(())) => tracing::info!("released the lease"),
                 Ok(Err(err)) => {
-                    tracing::warn!(error = %crate::cli::error_chain(&err), "releasing the lease failed")
+                    tracing::warn!(error = %crate::error_chain(&err), "releasing the lease failed")
                 }
                 Err(_) => tracing::warn!("releasing the lease timed out"),
             }

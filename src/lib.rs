@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod connect;
@@ -77,3 +78,30 @@ impl From<kube::Error> for Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Formats an error with its chain of causes: `a: b: c`.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_chain_joins_causes() {
+        let inner = std::io::Error::other("connection refused");
+        let outer = Error::Io(inner);
+        assert_eq!(error_chain(&outer), "i/o: connection refused");
+    }
+}

@@ -56,9 +56,8 @@ use prometheus_client::{
 };
 
 use crate::{
-    controller::{Caches, OwnerResource},
-    crd::{MutantDeployment, Mutation, VariantState},
-    variant::OwnerKind,
+    cache::Caches,
+    crd::{MutantDeployment, Mutation, OwnerKind, OwnerResource, VariantState},
 };
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.

@@ -9,6 +9,7 @@ use crate::{
     Result,
     admin::{self, AdminState},
     api::{self, ApiState, auth::Auth},
+    cache,
     config::Config,
     connect, controller,
     http::{self, ServerConfig},
@@ -41,7 +42,7 @@ async fn server_version(client: &Client) -> Result<k8s_openapi::apimachinery::pk
             Err(err @ kube::Error::Api(_)) => return Err(err.into()),
             Err(err) => {
                 tracing::warn!(
-                    error = %crate::cli::error_chain(&err),
+                    error = %crate::error_chain(&err),
                     retry_in = ?delay,
                     "the Kubernetes API server cannot be reached yet; retrying"
                 );
@@ -93,12 +94,15 @@ pub async fn run(config: Config) -> Result<()> {
     );
     let (release, elector_stop) = shutdown::channel();
     let election = tokio::spawn(elector.run(elector_stop));
-    let (caches, controllers) = controller::start(
+    let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref());
+    let controllers = controller::start(
         client.clone(),
-        config.watch_namespace.as_deref(),
+        &caches,
+        feeds,
         metrics.clone(),
         stop.clone(),
         leader,
+        config.pod_name.clone(),
     );
     metrics.set_caches(caches.clone());
     let admin_state = Arc::new(AdminState {
@@ -122,14 +126,14 @@ pub async fn run(config: Config) -> Result<()> {
     match api.await {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
-            tracing::error!(error = %crate::cli::error_chain(&err), "the HTTP API failed")
+            tracing::error!(error = %crate::error_chain(&err), "the HTTP API failed")
         }
         Err(err) => tracing::error!(error = %err, "the HTTP API stopped abnormally"),
     }
     match admin_task.await {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
-            tracing::error!(error = %crate::cli::error_chain(&err), "the metrics listener failed")
+            tracing::error!(error = %crate::error_chain(&err), "the metrics listener failed")
         }
         Err(err) => tracing::error!(error = %err, "the metrics listener stopped abnormally"),
     }

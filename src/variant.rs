@@ -25,6 +25,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::crd::OwnerKind;
+
 mod build;
 mod observed;
 mod status;
@@ -62,38 +64,6 @@ pub const READY_CONDITION: &str = "Ready";
 
 /// Longest Deployment name a variant may get (R8): a DNS-1123 label.
 pub const MAX_DEPLOYMENT_NAME: usize = 63;
-
-/// Which kind of custom resource owns a set of variants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OwnerKind {
-    /// A `MutantDeployment`: variants declared in git.
-    MutantDeployment,
-    /// A `Mutation`: variants managed at run time through the HTTP API.
-    Mutation,
-}
-
-impl OwnerKind {
-    /// The Kubernetes kind: `MutantDeployment` or `Mutation`.
-    pub fn kind(self) -> &'static str {
-        match self {
-            OwnerKind::MutantDeployment => "MutantDeployment",
-            OwnerKind::Mutation => "Mutation",
-        }
-    }
-
-    /// The value of [`KIND_LABEL`]: the kind in lower case.
-    pub fn label_value(self) -> &'static str {
-        match self {
-            OwnerKind::MutantDeployment => "mutantdeployment",
-            OwnerKind::Mutation => "mutation",
-        }
-    }
-
-    /// The apiVersion of both kinds: `neiam.org/v1`.
-    pub fn api_version(self) -> &'static str {
-        "neiam.org/v1"
-    }
-}
 
 /// The object that owns generated Deployments: enough of it to label, reference and recognise
 /// them.

@@ -56,8 +56,8 @@ use kube::{
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams},
 };
 use mutantops::{
-    crd::{MutantDeployment, Mutation, OwnerStatus, Variant, VariantState},
-    variant::{self, Base, Owner, OwnerKind},
+    crd::{MutantDeployment, Mutation, OwnerKind, OwnerStatus, Variant, VariantState},
+    variant::{self, Base, Owner},
 };
 use serde_json::{Value, json};
 use tokio::{

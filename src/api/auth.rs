@@ -9,8 +9,7 @@ use hyper::{HeaderMap, header::AUTHORIZATION};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::{
-    config::Secret as Token,
-    controller::{Caches, secret::TOKEN_KEY},
+    cache::Caches, config::Secret as Token, controller::secret::TOKEN_KEY,
     variant::is_controlled_by,
 };
 

@@ -16,7 +16,7 @@ use kube::{Client, runtime::reflector::ObjectRef};
 use serde::de::DeserializeOwned;
 
 use crate::{
-    controller::Caches,
+    cache::{CacheState, Caches},
     crd::Mutation,
     http::{self, Body, ServerConfig},
     variant::validate_label,
@@ -195,7 +195,7 @@ impl From<kube::Error> for ApiError {
                 )
             }
             other => {
-                tracing::warn!(error = %crate::cli::error_chain(&other), "kubernetes api unreachable");
+                tracing::warn!(error = %crate::error_chain(&other), "kubernetes api unreachable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the Kubernetes API is unreachable",
@@ -447,8 +447,8 @@ async fn catch_up(state: &ApiState, ns: &str, name: &str, resource_version: Opti
     let key = ObjectRef::new(name).within(ns);
     let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
     let wanted: Option<u64> = resource_version.and_then(|rv| rv.parse().ok());
-    loop {
-        let cached = state.caches.mutations.get(&key);
+    let caught_up = |caches: &Caches, _: &CacheState| {
+        let cached = caches.mutations.get(&key);
         let done = match (&cached, resource_version) {
             (None, None) => true,
             (Some(m), None) => m.metadata.deletion_timestamp.is_some(),
@@ -461,11 +461,9 @@ async fn catch_up(state: &ApiState, ns: &str, name: &str, resource_version: Opti
                     || matches!((have.and_then(|h| h.parse::<u64>().ok()), wanted), (Some(h), Some(w)) if h >= w)
             }
         };
-        if done || tokio::time::Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        done.then_some(())
+    };
+    let _ = state.caches.until(Some(deadline), caught_up).await;
 }
 
 /// Serves the API on `listener` until `shutdown`.

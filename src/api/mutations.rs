@@ -16,6 +16,7 @@ use super::{
     json::{CreateMutation, argo_synced, mutation_view},
 };
 use crate::{
+    cache::{CacheState, Caches},
     crd::{EmbeddedJson, Mutation, MutationSpec, Variant},
     http,
     variant::{Base, validate_label, validate_variant},
@@ -113,17 +114,13 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
 async fn wait_for_secret(state: &ApiState, ns: &str, name: &str) -> Option<Arc<Mutation>> {
     let key = ObjectRef::new(name).within(ns);
     let deadline = tokio::time::Instant::now() + SECRET_WAIT;
-    loop {
-        let cached = state.caches.mutations.get(&key);
-        let reported = cached
-            .as_ref()
-            .and_then(|m| m.status.as_ref())
-            .is_some_and(|s| s.secret.is_some());
-        if reported || tokio::time::Instant::now() >= deadline {
-            return cached.filter(|_| reported);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let reported = |caches: &Caches, _: &CacheState| {
+        caches
+            .mutations
+            .get(&key)
+            .filter(|m| m.status.as_ref().is_some_and(|s| s.secret.is_some()))
+    };
+    state.caches.until(Some(deadline), reported).await
 }
 
 /// `DELETE /api/v1/namespaces/{ns}/mutations/{name}`: 204, 404 when absent, 409 when Argo CD

@@ -20,14 +20,14 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, OwnerResource, RESYNC_AFTER,
+    Context, RESYNC_AFTER,
     secret::{self, SecretState},
 };
 use crate::{
     Error, Result,
-    crd::{OwnerStatus, VariantState, VariantStatus},
+    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantState, VariantStatus},
     variant::{
-        self, Base, FIELD_MANAGER, OWNER_LABEL, ObservedDeployment, Owner, OwnerKind, Planned,
+        self, Base, FIELD_MANAGER, OWNER_LABEL, ObservedDeployment, Owner, Planned,
         READY_CONDITION, VARIANT_LABEL,
     },
 };

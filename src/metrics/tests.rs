@@ -3,12 +3,9 @@ use std::time::Duration;
 use kube::runtime::{reflector, watcher};
 
 use super::{CacheView, Metrics, process};
-use crate::{
-    crd::{
-        MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerStatus, Variant,
-        VariantState, VariantStatus,
-    },
-    variant::OwnerKind,
+use crate::crd::{
+    MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerKind, OwnerStatus,
+    Variant, VariantState, VariantStatus,
 };
 
 fn lines(text: &str) -> Vec<&str> {

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::{Value, json};
 
 use super::*;
-use crate::crd::Variant;
+use crate::crd::{OwnerKind, Variant};
 
 mod build;
 mod status;

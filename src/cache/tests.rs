@@ -1,0 +1,85 @@
+//! Tests of the change signal every cache waiter relies on (R26 readiness, read-your-writes).
+
+use std::time::Duration;
+
+use kube::runtime::watcher;
+
+use super::*;
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Eight waiters for the first list at once are all let through when it arrives (kube's own
+/// `Store::wait_until_ready` wakes only the last of several).
+#[tokio::test]
+async fn every_waiter_sees_the_first_list() {
+    let (caches, mut writers) = for_tests();
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let caches = caches.clone();
+            tokio::spawn(async move { caches.listed(Cache::Owners(OwnerKind::Mutation)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!caches.ready());
+    writers.sync();
+    assert!(caches.ready());
+    for waiter in waiters {
+        let woke = tokio::time::timeout(PATIENCE, waiter).await;
+        assert!(matches!(woke, Ok(Ok(true))), "{woke:?}");
+    }
+}
+
+/// A waiter is woken by the change it waits for, and gives up at its deadline otherwise.
+#[tokio::test]
+async fn until_wakes_on_a_change_and_gives_up_at_its_deadline() {
+    let (caches, mut writers) = for_tests();
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let nothing = caches
+        .until(Some(deadline), |c, _| c.mutations.state().first().cloned())
+        .await;
+    assert!(nothing.is_none());
+    assert!(Instant::now() >= deadline);
+
+    let waiter = {
+        let caches = caches.clone();
+        tokio::spawn(async move {
+            caches
+                .until(Some(Instant::now() + PATIENCE), |c, state| {
+                    c.mutations
+                        .state()
+                        .first()
+                        .map(|m| (m.metadata.name.clone(), state.version))
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut m = Mutation::new(
+        "web",
+        serde_json::from_value(serde_json::json!({
+            "deployment": {}, "variants": []
+        }))
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    m.metadata.namespace = Some("team".into());
+    writers.mutation(watcher::Event::Apply(m));
+    let found = tokio::time::timeout(PATIENCE, waiter).await;
+    assert!(
+        matches!(&found, Ok(Ok(Some((Some(name), version)))) if name == "web" && *version >= 1),
+        "{found:?}"
+    );
+}
+
+/// When the feeds are gone (shutdown), waiters are released with `None`.
+#[tokio::test]
+async fn waiters_are_released_when_the_feeds_stop() {
+    let (caches, writers) = for_tests();
+    let waiter = {
+        let caches = caches.clone();
+        tokio::spawn(async move { caches.listed(Cache::Secrets).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(writers);
+    let woke = tokio::time::timeout(PATIENCE, waiter).await;
+    assert!(matches!(woke, Ok(Ok(false))), "{woke:?}");
+}

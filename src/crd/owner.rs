@@ -1,0 +1,89 @@
+//! The two owner kinds seen as one: [`OwnerKind`] names a kind at run time, [`OwnerResource`]
+//! is what reconcile, metrics and the API need of either custom resource type.
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::Resource;
+use serde::{Serialize, de::DeserializeOwned};
+
+use super::{EmbeddedJson, MutantDeployment, Mutation, OwnerStatus, Variant};
+
+/// Which kind of custom resource owns a set of variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OwnerKind {
+    /// A `MutantDeployment`: variants declared in git.
+    MutantDeployment,
+    /// A `Mutation`: variants managed at run time through the HTTP API.
+    Mutation,
+}
+
+impl OwnerKind {
+    /// The Kubernetes kind: `MutantDeployment` or `Mutation`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            OwnerKind::MutantDeployment => "MutantDeployment",
+            OwnerKind::Mutation => "Mutation",
+        }
+    }
+
+    /// The value of the kind label (`crate::variant::KIND_LABEL`): the kind in lower case.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            OwnerKind::MutantDeployment => "mutantdeployment",
+            OwnerKind::Mutation => "mutation",
+        }
+    }
+
+    /// The apiVersion of both kinds: `neiam.org/v1`.
+    pub fn api_version(self) -> &'static str {
+        "neiam.org/v1"
+    }
+}
+
+/// What the reconciler needs to know of an owner kind.
+pub trait OwnerResource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    /// Which kind this is.
+    const KIND: OwnerKind;
+    /// The base Deployment as written.
+    fn base(&self) -> &EmbeddedJson;
+    /// The declared variants, in order.
+    fn variants(&self) -> &[Variant];
+    /// The last reported status.
+    fn owner_status(&self) -> Option<&OwnerStatus>;
+}
+
+impl OwnerResource for MutantDeployment {
+    const KIND: OwnerKind = OwnerKind::MutantDeployment;
+    fn base(&self) -> &EmbeddedJson {
+        &self.spec.deployment
+    }
+    fn variants(&self) -> &[Variant] {
+        &self.spec.mutations
+    }
+    fn owner_status(&self) -> Option<&OwnerStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl OwnerResource for Mutation {
+    const KIND: OwnerKind = OwnerKind::Mutation;
+    fn base(&self) -> &EmbeddedJson {
+        &self.spec.deployment
+    }
+    fn variants(&self) -> &[Variant] {
+        &self.spec.variants
+    }
+    fn owner_status(&self) -> Option<&OwnerStatus> {
+        self.status.as_ref()
+    }
+}
