@@ -14,9 +14,11 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod argo;
 mod embedded;
 mod owner;
 
+pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
 pub use owner::{OwnerKind, OwnerResource};
 

@@ -38,7 +38,9 @@ mod tests;
 pub use build::{Planned, build, needs_apply, plan};
 pub use observed::{ObservedDeployment, RolloutCounts};
 pub use status::{ready_condition, summary, variant_state};
-pub use validate::{Base, deployment_name, validate_env_name, validate_label, validate_variant};
+pub use validate::{
+    Base, deployment_name, validate_env_name, validate_label, validate_variant, validate_variants,
+};
 
 /// Label on every generated Deployment, its selector and its pods: the owner's name.
 pub const OWNER_LABEL: &str = "mutantops.neiam.org/owner";

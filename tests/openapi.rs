@@ -81,7 +81,7 @@ fn operations(doc: &Value) -> BTreeMap<(String, String), (&Value, &Value)> {
 fn routes() -> BTreeSet<(String, String)> {
     ROUTES
         .iter()
-        .map(|(method, path, _)| (method.as_str().to_lowercase(), (*path).to_string()))
+        .map(|r| (r.method.as_str().to_lowercase(), r.path.to_string()))
         .collect()
 }
 
@@ -115,8 +115,9 @@ fn the_operations_are_exactly_the_routes() {
 fn each_summary_is_the_tables() {
     let doc = document();
     let operations = operations(&doc);
-    for (method, path, summary) in ROUTES {
-        let key = (method.as_str().to_lowercase(), (*path).to_string());
+    for route in ROUTES {
+        let (method, path, summary) = (&route.method, route.path, &route.summary);
+        let key = (method.as_str().to_lowercase(), path.to_string());
         let Some((_, operation)) = operations.get(&key) else {
             continue; // reported by the_operations_are_exactly_the_routes
         };

@@ -8,13 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::{EmbeddedJson, Mutation, Variant, VariantStatus};
 
-/// Annotation that Argo CD puts on what it syncs.
-pub const ARGO_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
-/// Label that Argo CD (label tracking) puts on what it syncs.
-pub const ARGO_INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-/// Annotation by which an Argo CD synced Mutation leaves its variants to the API.
-pub const RUNTIME_VARIANTS: &str = "mutantops.neiam.org/runtime-variants";
-
 /// `POST .../mutations`.
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
@@ -103,16 +96,6 @@ pub struct MutationView {
     pub read_only: bool,
 }
 
-/// Whether Argo CD syncs this Mutation (R16).
-pub fn argo_synced(m: &Mutation) -> bool {
-    m.annotations().contains_key(ARGO_TRACKING_ID) || m.labels().contains_key(ARGO_INSTANCE_LABEL)
-}
-
-/// Whether the API must not change this Mutation's variants (R17).
-pub fn read_only(m: &Mutation) -> bool {
-    argo_synced(m) && m.annotations().get(RUNTIME_VARIANTS).map(String::as_str) != Some("true")
-}
-
 /// The status the controller reported for the n-th variant (matched by position and label).
 fn variant_status(m: &Mutation, index: usize, label: &str) -> Option<VariantStatus> {
     let reported = &m.status.as_ref()?.variants;
@@ -130,7 +113,7 @@ pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView> {
         label: v.label.clone(),
         env: v.env.clone(),
         instances: v.instances,
-        read_only: read_only(m),
+        read_only: m.variants_read_only(),
         status: variant_status(m, index, &v.label),
     })
 }
@@ -148,7 +131,7 @@ pub fn mutation_view(m: &Mutation) -> MutationView {
         secret: status.and_then(|s| s.secret.clone()),
         summary: status.map(|s| s.summary.clone()).filter(|s| !s.is_empty()),
         message: status.and_then(|s| s.message.clone()),
-        read_only: read_only(m),
+        read_only: m.variants_read_only(),
     }
 }
 
@@ -186,24 +169,6 @@ mod tests {
                 .collect(),
         );
         m
-    }
-
-    #[test]
-    fn argo_rules() {
-        // R16, R17
-        let plain = mutation(&[], &[]);
-        assert!(!argo_synced(&plain) && !read_only(&plain));
-        let tracked = mutation(
-            &[(ARGO_TRACKING_ID, "app:neiam.org/Mutation:default/web")],
-            &[],
-        );
-        assert!(argo_synced(&tracked) && read_only(&tracked));
-        let labelled = mutation(&[], &[(ARGO_INSTANCE_LABEL, "app")]);
-        assert!(argo_synced(&labelled) && read_only(&labelled));
-        let runtime = mutation(&[(ARGO_TRACKING_ID, "x"), (RUNTIME_VARIANTS, "true")], &[]);
-        assert!(argo_synced(&runtime) && !read_only(&runtime));
-        let not_true = mutation(&[(ARGO_TRACKING_ID, "x"), (RUNTIME_VARIANTS, "yes")], &[]);
-        assert!(read_only(&not_true));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The Mutation routes: list (admin), create (admin), get, delete (admin).
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use hyper::StatusCode;
 use kube::runtime::reflector::ObjectRef;
@@ -10,16 +10,15 @@ use kube::{
 };
 
 use super::{
-    ApiError, ApiResult, ApiState,
     auth::Caller,
-    cached_mutation, catch_up,
-    json::{CreateMutation, argo_synced, mutation_view},
+    json::{CreateMutation, mutation_view},
+    state::{ApiError, ApiResult, ApiState, cached_mutation, catch_up},
 };
 use crate::{
     cache::{CacheState, Caches},
     crd::{EmbeddedJson, Mutation, MutationSpec, Variant},
     http,
-    variant::{Base, validate_label, validate_variant},
+    variant::{Base, validate_label, validate_variants},
 };
 
 /// How long creating a Mutation waits for the controller to report its Secret.
@@ -45,29 +44,13 @@ pub fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult
     Ok(http::json(StatusCode::OK, &mutation_view(&m)))
 }
 
-/// Checks a list of variants as the controller will (R8), plus unique labels.
-pub fn check_variants(base_name: &str, variants: &[Variant]) -> Result<(), ApiError> {
-    let mut seen = BTreeSet::new();
-    for v in variants {
-        validate_variant(base_name, v)
-            .map_err(|e| ApiError::bad_request(format!("variant {:?}: {e}", v.label)))?;
-        if !seen.insert(v.label.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "variant {:?}: label given twice",
-                v.label
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants}`: 201, 400 when
 /// invalid, 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
     validate_label(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
     let base = Base::parse(&body.deployment).map_err(ApiError::bad_request)?;
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
-    check_variants(base.name(), &variants)?;
+    validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;
     let mutation = Mutation {
         metadata: ObjectMeta {
             name: Some(body.name.clone()),
@@ -132,7 +115,7 @@ pub async fn delete(state: &ApiState, ns: &str, name: &str) -> ApiResult {
             "mutation {ns}/{name} not found"
         )));
     };
-    if argo_synced(&current) {
+    if current.argo_synced() {
         return Err(ApiError::conflict(format!(
             "mutation {ns}/{name} is synced by Argo CD: delete it from git instead"
         )));

@@ -10,15 +10,14 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    ApiError, ApiResult, ApiState, MAX_ATTEMPTS,
     auth::Caller,
-    cached_mutation, catch_up,
-    json::{ScaleRequest, VariantRequest, read_only, variant_view},
-    mutations::check_variants,
+    json::{ScaleRequest, VariantRequest, variant_view},
+    state::{ApiError, ApiResult, ApiState, MAX_ATTEMPTS, cached_mutation, catch_up},
 };
 use crate::{
     crd::{Mutation, Variant},
     http,
+    variant::validate_variants,
 };
 
 /// `GET .../variants`.
@@ -49,7 +48,8 @@ pub async fn add(
 ) -> ApiResult {
     let cached = cached_mutation(state, caller, ns, name)?;
     let variant = Variant::from(body);
-    check_variants(&base_name(&cached), std::slice::from_ref(&variant))?;
+    validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
+        .map_err(ApiError::bad_request)?;
     let label = variant.label.clone();
     let updated = edit(state, ns, name, |m| {
         if position(m, &variant.label).is_some() {
@@ -153,7 +153,7 @@ where
                 "mutation {ns}/{name} not found"
             )));
         };
-        if read_only(&current) {
+        if current.variants_read_only() {
             return Err(ApiError::conflict(format!(
                 "mutation {ns}/{name} is synced by Argo CD without annotation \
                  mutantops.neiam.org/runtime-variants: \"true\": its variants belong in git"

@@ -61,6 +61,19 @@ pub fn deployment_name(base: &str, label: &str) -> String {
     format!("{base}-{label}")
 }
 
+/// Checks a list of variants as the controller will (R8), and that no label is given twice:
+/// what the HTTP API accepts. The first problem found is reported, with its variant.
+pub fn validate_variants(base_name: &str, variants: &[Variant]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for v in variants {
+        validate_variant(base_name, v).map_err(|e| format!("variant {:?}: {e}", v.label))?;
+        if !seen.insert(v.label.as_str()) {
+            return Err(format!("variant {:?}: label given twice", v.label));
+        }
+    }
+    Ok(())
+}
+
 /// Checks one variant against the rules of R8: label, Deployment name length, every env name
 /// and instances. All problems are reported, joined with `"; "`.
 pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {

@@ -163,3 +163,18 @@ fn template_labels_must_match_the_selector() {
     v["spec"]["selector"]["matchExpressions"][0]["operator"] = json!("Near");
     assert!(parse_err(v).contains("unknown operator \"Near\""));
 }
+
+// R8, R21: what the HTTP API accepts of a list of variants
+#[test]
+fn a_list_of_variants_is_refused_at_its_first_problem() {
+    let ok = [variant("a", &[], 1), variant("b", &[("X", "1")], 0)];
+    assert_eq!(validate_variants("web", &ok), Ok(()));
+    let twice = [variant("a", &[], 1), variant("a", &[], 2)];
+    assert_eq!(
+        validate_variants("web", &twice),
+        Err("variant \"a\": label given twice".to_string())
+    );
+    let bad = [variant("a", &[], 1), variant("B", &[], 1)];
+    let err = validate_variants("web", &bad).err().unwrap_or_default();
+    assert!(err.starts_with("variant \"B\": "), "{err}");
+}

@@ -1,0 +1,201 @@
+//! What every handler shares: [`ApiState`] (client, caches, auth, limits, edit locks), the
+//! handlers' error type [`ApiError`], and the reads and waits on the cache that make a client
+//! read its own writes.
+
+use std::{sync::Arc, time::Duration};
+
+use hyper::{Response, StatusCode};
+use kube::{Client, runtime::reflector::ObjectRef};
+
+use super::auth::{Auth, Caller, UNAUTHORIZED};
+use crate::{
+    cache::{CacheState, Caches},
+    crd::Mutation,
+    http::{self, Body, ServerConfig},
+};
+
+/// How many times a variant edit is retried on a resourceVersion conflict before it gives up
+/// with 503.
+pub const MAX_ATTEMPTS: usize = 20;
+/// How long a write waits for the cache to show it.
+const CACHE_CATCH_UP: Duration = Duration::from_secs(3);
+
+/// What every handler needs.
+pub struct ApiState {
+    /// The API client (writes, and reads that must be fresh).
+    pub client: Client,
+    /// The controllers' caches.
+    pub caches: Caches,
+    /// How callers are authenticated.
+    pub auth: Auth,
+    /// Body limits and timeouts.
+    pub server: ServerConfig,
+    /// One lock per Mutation being edited, so this replica's edits of one Mutation queue up
+    /// instead of racing (the resourceVersion check still guards against other writers).
+    pub edits: EditLocks,
+    /// The one namespace this operator serves (`MUTANT_WATCH_NAMESPACE`), if it is limited.
+    pub namespace: Option<String>,
+}
+
+/// Per-Mutation locks for variant edits; an entry lives only while someone holds or waits for
+/// it.
+#[derive(Default)]
+pub struct EditLocks(
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+);
+
+impl EditLocks {
+    /// Waits for the lock of Mutation `ns/name`.
+    pub async fn lock(&self, ns: &str, name: &str) -> EditGuard<'_> {
+        let key = format!("{ns}/{name}");
+        let lock = match self.0.lock() {
+            Ok(mut map) => map.entry(key.clone()).or_default().clone(),
+            // A poisoned map only loses the queueing; the resourceVersion check still holds.
+            Err(_) => Arc::default(),
+        };
+        let guard = lock.clone().lock_owned().await;
+        EditGuard {
+            locks: self,
+            key,
+            lock,
+            _guard: guard,
+        }
+    }
+}
+
+/// Holds a Mutation's edit lock; dropping it releases the lock and forgets unused entries.
+pub struct EditGuard<'a> {
+    locks: &'a EditLocks,
+    key: String,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for EditGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.locks.0.lock() {
+            // Three holders: the map, this guard's `lock`, and the owned guard inside it.
+            if Arc::strong_count(&self.lock) <= 3 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A handler's failure, as an HTTP status and a message for the client.
+#[derive(Debug)]
+pub struct ApiError(pub StatusCode, pub String);
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError(status, message.into())
+    }
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+    pub(crate) fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+    }
+    pub(crate) fn response(self) -> Response<Body> {
+        let mut response = http::error(self.0, self.1);
+        if self.0 == StatusCode::UNAUTHORIZED
+            && let Ok(value) = hyper::header::HeaderValue::from_str("Bearer")
+        {
+            response
+                .headers_mut()
+                .insert(hyper::header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+}
+
+impl From<kube::Error> for ApiError {
+    /// An error of the Kubernetes API: what the client sent that the server rejects is 400;
+    /// the rest is the server's or the network's, 502/503.
+    fn from(err: kube::Error) -> Self {
+        match err {
+            kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
+                ApiError::bad_request(format!(
+                    "rejected by the Kubernetes API: {}",
+                    status.message
+                ))
+            }
+            kube::Error::Api(status) if status.code == 404 => ApiError::not_found(status.message),
+            kube::Error::Api(status) if status.code == 409 => ApiError::conflict(status.message),
+            kube::Error::Api(status) => {
+                tracing::warn!(code = status.code, message = %status.message, "kubernetes api error");
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    format!("kubernetes api: {}", status.message),
+                )
+            }
+            other => {
+                tracing::warn!(error = %crate::error_chain(&other), "kubernetes api unreachable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the Kubernetes API is unreachable",
+                )
+            }
+        }
+    }
+}
+
+/// The handler result.
+pub type ApiResult = Result<Response<Body>, ApiError>;
+
+/// A Mutation from the cache. For a caller that may not see it, and for one that does not
+/// exist, a Mutation token gets the same 401 as a wrong token; the admin gets 404.
+pub(crate) fn cached_mutation(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+) -> Result<Arc<Mutation>, ApiError> {
+    if !caller.may_use(ns, name) {
+        return Err(ApiError::unauthorized());
+    }
+    state
+        .caches
+        .mutations
+        .get(&ObjectRef::new(name).within(ns))
+        .ok_or_else(|| match caller {
+            Caller::Admin => ApiError::not_found(format!("mutation {ns}/{name} not found")),
+            Caller::Mutation { .. } => ApiError::unauthorized(),
+        })
+}
+
+/// Waits until the cache shows Mutation `ns/name` at `resource_version` or later (`None`:
+/// until it is gone), so the next read sees this write. Gives up quietly after a few seconds.
+pub(crate) async fn catch_up(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    resource_version: Option<&str>,
+) {
+    let key = ObjectRef::new(name).within(ns);
+    let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
+    let wanted: Option<u64> = resource_version.and_then(|rv| rv.parse().ok());
+    let caught_up = |caches: &Caches, _: &CacheState| {
+        let cached = caches.mutations.get(&key);
+        let done = match (&cached, resource_version) {
+            (None, None) => true,
+            (Some(m), None) => m.metadata.deletion_timestamp.is_some(),
+            (None, Some(_)) => false,
+            (Some(m), Some(rv)) => {
+                let have = m.metadata.resource_version.as_deref();
+                // resourceVersions are opaque, but etcd's are increasing integers; compare them
+                // as such when they are, so a newer write by someone else also counts.
+                have == Some(rv)
+                    || matches!((have.and_then(|h| h.parse::<u64>().ok()), wanted), (Some(h), Some(w)) if h >= w)
+            }
+        };
+        done.then_some(())
+    };
+    let _ = state.caches.until(Some(deadline), caught_up).await;
+}
