@@ -29,14 +29,16 @@ use crate::crd::OwnerKind;
 
 mod build;
 mod observed;
+mod report;
 mod status;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
-pub use build::{Planned, build, needs_apply, plan};
+pub use build::{Planned, Step, build, needs_apply, plan, resolve};
 pub use observed::{ObservedDeployment, RolloutCounts};
+pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
     Base, deployment_name, validate_env_name, validate_label, validate_variant, validate_variants,

@@ -1,15 +1,21 @@
-//! One reconcile of one owner, in named steps (R4–R12):
-//! secret (Mutations) → validate the base → plan the variants → apply what differs → prune
-//! what is no longer declared → status (written only when it changed) and Events.
+//! One reconcile of one owner (R4–R12), as named steps:
 //!
-//! Reads come from the controller's caches; the API server is asked only on a cache miss
-//! (a Deployment or Secret that is not ours yet), so a steady state makes no request at all.
+//! 1. **secret** (Mutations): make sure the token's Secret exists and is this Mutation's;
+//! 2. **plan** (pure, [`variant::plan`]): the Deployment each declared variant should be;
+//! 3. **observe**: this owner's Deployments, from the cache;
+//! 4. **resolve** (pure, [`variant::resolve`]) and **apply**: write what differs, look up on
+//!    the server only what the cache cannot tell, prune ([`variant::stale`]) what is no longer
+//!    declared;
+//! 5. **report** (pure, [`variant::owner_status`]), then write the status when it changed,
+//!    and announce new problems as Events.
+//!
+//! Reads come from the controller's caches; a steady state makes no request at all.
 
 use std::{collections::BTreeSet, sync::Arc};
 
 use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
     runtime::{
         controller::Action,
@@ -25,11 +31,8 @@ use super::{
 };
 use crate::{
     Error, Result,
-    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantState, VariantStatus},
-    variant::{
-        self, Base, FIELD_MANAGER, OWNER_LABEL, ObservedDeployment, Owner, Planned,
-        READY_CONDITION, VARIANT_LABEL,
-    },
+    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantStatus},
+    variant::{self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Step},
 };
 
 /// Reconciles one owner. Errors are retried by the controller's error policy.
@@ -42,63 +45,38 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         .map_err(|message| Error::MissingField(message, "name, namespace or uid"))?;
     let previous = obj.owner_status().cloned().unwrap_or_default();
 
-    let mut messages = Vec::new();
-    let secret = match K::KIND {
-        OwnerKind::Mutation => {
-            let name = secret::secret_name(&owner.name);
-            match secret::ensure(&ctx, &owner).await? {
-                SecretState::Owned { .. } => Some(name),
-                SecretState::Foreign => {
-                    messages.push(format!(
-                        "Secret {name:?} exists and is not owned by this Mutation: it is left \
-                         alone and its token is not accepted; delete it to get a new one"
-                    ));
-                    None
-                }
+    let (secret, problems) = ensure_secret(&ctx, &owner).await?;
+    let base = obj.base().value();
+    let observed = observe(&ctx, &owner);
+    let (variants, base_error) = match Base::parse(&base) {
+        Ok(parsed) => {
+            let planned = variant::plan(&parsed, &owner, obj.variants());
+            match converge(&ctx, &owner, obj.as_ref(), planned, &observed).await? {
+                Converged::Applied(variants) => (variants, None),
+                Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),
             }
         }
-        OwnerKind::MutantDeployment => None,
+        Err(problem) => (Vec::new(), Some(problem)),
+    };
+    let variants = match &base_error {
+        None => variants,
+        Some(problem) => {
+            let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
+            let owned = observed.iter().map(Arc::as_ref);
+            variant::held_statuses(obj.variants(), &owner, base_name, owned, problem)
+        }
     };
 
-    let (variants, base_error) = match Base::parse(&obj.base().value()) {
-        Err(problem) => (
-            keep_running(&ctx, &owner, obj.as_ref(), &problem),
-            Some(problem),
-        ),
-        Ok(base) => match converge(&ctx, &owner, obj.as_ref(), &base).await? {
-            Ok(variants) => (variants, None),
-            Err(rejected) => (
-                keep_running(&ctx, &owner, obj.as_ref(), &rejected),
-                Some(rejected),
-            ),
-        },
-    };
-    if let Some(problem) = &base_error {
-        messages.insert(0, format!("invalid base deployment: {problem}"));
-    }
-
-    let generation = obj.meta().generation;
     let now = Timestamp::now().to_string();
-    let previous_ready = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == READY_CONDITION);
-    let condition = variant::ready_condition(
-        &variants,
-        base_error.as_deref(),
-        generation,
-        previous_ready,
-        &now,
-    );
-    let status = OwnerStatus {
-        observed_generation: generation,
+    let status = variant::owner_status(Findings {
+        previous: &previous,
+        generation: obj.meta().generation,
         secret,
-        summary: variant::summary(&variants),
-        message: (!messages.is_empty()).then(|| messages.join("; ")),
+        base_error: base_error.as_deref(),
+        problems,
         variants,
-        conditions: vec![condition],
-    };
-
+        now: &now,
+    });
     announce_problems(&ctx, &owner, obj.as_ref(), &previous, &status).await;
     if status != previous {
         write_status::<K>(&ctx, &owner, &status).await?;
@@ -106,62 +84,95 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     Ok(Action::requeue(RESYNC_AFTER))
 }
 
-/// Applies every valid variant whose Deployment differs from what is declared and prunes the
-/// Deployments of variants no longer declared. Returns the variants' statuses, or (inner
-/// `Err`) the API server's reason for rejecting the base, in which case nothing was applied
-/// or pruned (R10).
+/// Step 1, for a Mutation: its Secret, made if missing. Returns the Secret's name when the
+/// Mutation owns it, and the problem to report when a foreign Secret has the name.
+async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, Vec<String>)> {
+    if owner.kind != OwnerKind::Mutation {
+        return Ok((None, Vec::new()));
+    }
+    let name = secret::secret_name(&owner.name);
+    Ok(match secret::ensure(ctx, owner).await? {
+        SecretState::Owned { .. } => (Some(name), Vec::new()),
+        SecretState::Foreign => (
+            None,
+            vec![format!(
+                "Secret {name:?} exists and is not owned by this Mutation: it is left alone and \
+                 its token is not accepted; delete it to get a new one"
+            )],
+        ),
+    })
+}
+
+/// Step 3: the cached Deployments this owner controls.
+fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
+    ctx.deployments
+        .state()
+        .into_iter()
+        .filter(|d| d.metadata.namespace.as_deref() == Some(owner.namespace.as_str()))
+        .filter(|d| variant::may_prune(&d.metadata, owner))
+        .collect()
+}
+
+/// How step 4 ended.
+enum Converged {
+    /// Every valid variant is applied and the stale ones pruned: the variants' statuses.
+    Applied(Vec<VariantStatus>),
+    /// The API server refused the first write for a reason of the object itself: the base is
+    /// at fault, and nothing was applied or pruned (R10).
+    BaseRejected(String),
+}
+
+/// Step 4: applies every planned variant whose Deployment differs from what is declared, then
+/// prunes the Deployments of variants no longer declared.
 async fn converge<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
-    base: &Base,
-) -> Result<Result<Vec<VariantStatus>, String>> {
+    planned: Vec<Planned>,
+    observed: &[Arc<ObservedDeployment>],
+) -> Result<Converged> {
     let api: Api<ObservedDeployment> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let mut statuses = Vec::with_capacity(obj.variants().len());
+    let mut statuses = Vec::with_capacity(planned.len());
     let mut applied_any = false;
     let mut declared = BTreeSet::new();
 
-    for planned in variant::plan(base, owner, obj.variants()) {
+    for mut planned in planned {
         declared.insert(planned.name().to_string());
         let key = ObjectRef::new(planned.name()).within(&owner.namespace);
-        let mut observed = ctx
+        let mut current = ctx
             .deployments
             .get(&key)
             .map(|d| ObservedDeployment::clone(&d));
-        let mut planned = planned;
-        if matches!(planned, Planned::Apply { .. }) {
-            let ours = observed
-                .as_ref()
-                .is_some_and(|d| variant::may_prune(&d.metadata, owner));
-            if !ours {
-                // Not in our cache: a foreign Deployment of that name, or ours just created and
-                // not seen yet. Ask the server which (R9: never take over someone else's).
-                observed = api.get_opt(planned.name()).await?;
-                planned = planned.check_existing(observed.as_ref().map(|d| &d.metadata), owner);
-            }
+        let mut step = variant::resolve(&planned, current.as_ref(), owner, false);
+        if step == Step::LookUp {
+            current = api.get_opt(planned.name()).await?;
+            planned = planned.check_existing(current.as_ref().map(|d| &d.metadata), owner);
+            step = variant::resolve(&planned, current.as_ref(), owner, true);
         }
-        if let Planned::Apply {
-            label,
-            name,
-            object,
-            ..
-        } = &planned
-            && variant::needs_apply(object, observed.as_ref())
+        if let (
+            Step::Write,
+            Planned::Apply {
+                label,
+                name,
+                object,
+                ..
+            },
+        ) = (step, &planned)
         {
             let params = PatchParams::apply(FIELD_MANAGER).force();
             match api.patch(name, &params, &Patch::Apply(object)).await {
                 Ok(applied) => {
-                    if observed.is_none() {
+                    if current.is_none() {
                         let note = format!("created Deployment {name} for variant {label}");
                         let related = Some(deployment_ref(&owner.namespace, name));
                         publish(ctx, obj, EventType::Normal, "VariantCreated", note, related).await;
                     }
-                    observed = Some(applied);
+                    current = Some(applied);
                     applied_any = true;
                 }
                 Err(kube::Error::Api(status)) if rejected(&status) && !applied_any => {
                     // The server rejects what every variant is built from: the base.
-                    return Ok(Err(status.message));
+                    return Ok(Converged::BaseRejected(status.message));
                 }
                 Err(kube::Error::Api(status)) if rejected(&status) => {
                     let message = format!("rejected by the API server: {}", status.message);
@@ -176,35 +187,26 @@ async fn converge<K: OwnerResource>(
                 Err(err) => return Err(err.into()),
             }
         }
-        let own = observed
+        let own = current
             .as_ref()
             .filter(|d| variant::may_prune(&d.metadata, owner));
         statuses.push(planned.status(own));
     }
 
-    prune(ctx, owner, obj, &api, &declared).await?;
-    Ok(Ok(statuses))
+    let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
+    prune(ctx, owner, obj, &api, stale).await?;
+    Ok(Converged::Applied(statuses))
 }
 
-/// Deletes this owner's Deployments whose variant is no longer declared (R6): only those that
-/// carry the owner's labels AND whose controller is this owner's uid, with a uid precondition
-/// so a Deployment re-created under the same name meanwhile is not hit.
+/// Deletes `stale` Deployments (R6), each with a uid precondition so a Deployment re-created
+/// under the same name meanwhile is not hit.
 async fn prune<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
     api: &Api<ObservedDeployment>,
-    declared: &BTreeSet<String>,
+    stale: Vec<(String, Option<String>)>,
 ) -> Result<()> {
-    let stale: Vec<(String, Option<String>)> = ctx
-        .deployments
-        .state()
-        .iter()
-        .filter(|d| d.metadata.namespace.as_deref() == Some(owner.namespace.as_str()))
-        .filter(|d| variant::may_prune(&d.metadata, owner))
-        .filter(|d| !declared.contains(&d.name_any()))
-        .map(|d| (d.name_any(), d.metadata.uid.clone()))
-        .collect();
     for (name, uid) in stale {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
@@ -225,47 +227,6 @@ async fn prune<K: OwnerResource>(
         }
     }
     Ok(())
-}
-
-/// Statuses while the base is invalid (R10): nothing is applied or pruned, so each variant is
-/// reported Invalid, with the replicas of the Deployment that keeps running, if any.
-fn keep_running<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    obj: &K,
-    problem: &str,
-) -> Vec<VariantStatus> {
-    let running = ctx.deployments.state();
-    let base = obj.base().value();
-    let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
-    obj.variants()
-        .iter()
-        .map(|v| {
-            let existing = running.iter().find(|d| {
-                variant::may_prune(&d.metadata, owner)
-                    && d.labels().get(VARIANT_LABEL) == Some(&v.label)
-                    && d.labels().get(OWNER_LABEL) == Some(&owner.name)
-            });
-            let deployment = existing
-                .map(|d| d.name_any())
-                .or_else(|| base_name.map(|b| variant::deployment_name(b, &v.label)))
-                .unwrap_or_default();
-            let (replicas, ready) = existing
-                .map(|d| {
-                    let (_, replicas, ready) = variant::variant_state(v.instances, Some(d));
-                    (replicas, ready)
-                })
-                .unwrap_or((0, 0));
-            VariantStatus {
-                label: v.label.clone(),
-                state: VariantState::Invalid,
-                message: Some(format!("not applied while the base is invalid: {problem}")),
-                deployment,
-                replicas,
-                ready_replicas: ready,
-            }
-        })
-        .collect()
 }
 
 /// Server-side applies the status under the operator's field manager, so fields it no longer

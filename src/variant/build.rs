@@ -309,6 +309,40 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
         .collect()
 }
 
+/// What a reconcile does about one planned variant (R5, R9), from [`resolve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Server-side apply the variant's Deployment: missing, or not as declared.
+    Write,
+    /// The cache has no Deployment of that name controlled by this owner: ask the API server,
+    /// as it may be someone else's (R9), or this owner's not cached yet.
+    LookUp,
+    /// Nothing to write: the Deployment matches, or the variant cannot be applied.
+    Keep,
+}
+
+/// Decides [`Step`] for `planned`, given its Deployment as known: from the cache
+/// (`from_server` false; a miss is looked up) or from the API server. Run [`Planned::check_existing`]
+/// on what the server answers before resolving again.
+pub fn resolve(
+    planned: &Planned,
+    observed: Option<&ObservedDeployment>,
+    owner: &Owner,
+    from_server: bool,
+) -> Step {
+    let Planned::Apply { object, .. } = planned else {
+        return Step::Keep;
+    };
+    let ours = observed.is_some_and(|d| super::may_prune(&d.metadata, owner));
+    if !ours && !from_server {
+        Step::LookUp
+    } else if needs_apply(object, observed) {
+        Step::Write
+    } else {
+        Step::Keep
+    }
+}
+
 /// Whether `desired` (from [`build`]) must be applied over `observed` (R5, R12). False only
 /// when every field of `desired` is present in `observed` with the same value, so a steady
 /// state makes no write while a hand edit or delete is put back. A changed desired state

@@ -8,6 +8,7 @@ use super::*;
 use crate::crd::{OwnerKind, Variant};
 
 mod build;
+mod report;
 mod status;
 mod validate;
 

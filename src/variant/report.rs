@@ -1,0 +1,118 @@
+//! The decisions of a reconcile that are not about building: which of an owner's Deployments
+//! to prune (R6), what to report while the base is invalid (R10), and the owner's whole status
+//! (R3, R11, R12). Pure, like the rest of `variant`: the controller observes and writes, these
+//! functions decide.
+
+use std::collections::BTreeSet;
+
+use super::{
+    OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name, may_prune,
+    ready_condition, summary, variant_state,
+};
+use crate::crd::{OwnerStatus, Variant, VariantState, VariantStatus};
+
+/// What prune deletes (R6): of the Deployments this owner controls (`owned`, each checked with
+/// [`may_prune`] again), those whose name no declared variant has, as (name, uid) for a
+/// delete with a uid precondition.
+pub fn stale<'a>(
+    owned: impl IntoIterator<Item = &'a ObservedDeployment>,
+    owner: &Owner,
+    declared: &BTreeSet<String>,
+) -> Vec<(String, Option<String>)> {
+    owned
+        .into_iter()
+        .filter(|d| may_prune(&d.metadata, owner))
+        .filter_map(|d| {
+            let name = d.metadata.name.clone()?;
+            (!declared.contains(&name)).then(|| (name, d.metadata.uid.clone()))
+        })
+        .collect()
+}
+
+/// The variants' statuses while the base is invalid (R10): nothing is applied or pruned, so
+/// each variant is Invalid with `problem`, and reports the replicas of the Deployment it still
+/// has running (found among `owned` by its labels), if any.
+pub fn held_statuses<'a>(
+    variants: &[Variant],
+    owner: &Owner,
+    base_name: Option<&str>,
+    owned: impl IntoIterator<Item = &'a ObservedDeployment> + Clone,
+    problem: &str,
+) -> Vec<VariantStatus> {
+    variants
+        .iter()
+        .map(|v| {
+            let existing = owned.clone().into_iter().find(|d| {
+                let label = |k: &str| d.metadata.labels.as_ref().and_then(|l| l.get(k));
+                may_prune(&d.metadata, owner)
+                    && label(VARIANT_LABEL) == Some(&v.label)
+                    && label(OWNER_LABEL) == Some(&owner.name)
+            });
+            let deployment = existing
+                .and_then(|d| d.metadata.name.clone())
+                .or_else(|| base_name.map(|b| deployment_name(b, &v.label)))
+                .unwrap_or_default();
+            let (replicas, ready) = existing.map_or((0, 0), |d| {
+                let (_, replicas, ready) = variant_state(v.instances, Some(d));
+                (replicas, ready)
+            });
+            VariantStatus {
+                label: v.label.clone(),
+                state: VariantState::Invalid,
+                message: Some(format!("not applied while the base is invalid: {problem}")),
+                deployment,
+                replicas,
+                ready_replicas: ready,
+            }
+        })
+        .collect()
+}
+
+/// What one reconcile found, for [`owner_status`].
+#[derive(Debug)]
+pub struct Findings<'a> {
+    /// The status the owner had.
+    pub previous: &'a OwnerStatus,
+    /// The owner's `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The name of the Mutation's Secret when it owns one.
+    pub secret: Option<String>,
+    /// Why the base is invalid, or was rejected by the API server.
+    pub base_error: Option<&'a str>,
+    /// Other problems of the owner as a whole (a foreign Secret).
+    pub problems: Vec<String>,
+    /// One status per declared variant, in spec order.
+    pub variants: Vec<VariantStatus>,
+    /// The time of this reconcile (RFC 3339), for a condition that changes.
+    pub now: &'a str,
+}
+
+/// The owner's status (R3, R11): the summary, the Ready condition (its transition time kept
+/// while it does not change, so an unchanged status is equal and not written again: R12), and
+/// one message joining every object-level problem, the invalid base first.
+pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
+    let previous_ready = found
+        .previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == super::READY_CONDITION);
+    let condition = ready_condition(
+        &found.variants,
+        found.base_error,
+        found.generation,
+        previous_ready,
+        found.now,
+    );
+    let mut messages = found.problems;
+    if let Some(problem) = found.base_error {
+        messages.insert(0, format!("invalid base deployment: {problem}"));
+    }
+    OwnerStatus {
+        observed_generation: found.generation,
+        secret: found.secret,
+        summary: summary(&found.variants),
+        message: (!messages.is_empty()).then(|| messages.join("; ")),
+        variants: found.variants,
+        conditions: vec![condition],
+    }
+}
