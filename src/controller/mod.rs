@@ -7,6 +7,7 @@
 //! loop; a periodic resync is the backstop (R13).
 
 mod announce;
+mod events;
 mod reconcile;
 pub mod secret;
 
@@ -17,11 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Client, ResourceExt,
     runtime::{
-        Controller, WatchStreamExt,
-        controller::Action,
-        events::{Recorder, Reporter},
-        predicates, reflector,
-        reflector::Store,
+        Controller, WatchStreamExt, controller::Action, predicates, reflector, reflector::Store,
     },
 };
 use tokio::sync::watch;
@@ -65,7 +62,7 @@ pub struct Context {
     /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
     pub secrets: Option<Store<Secret>>,
     /// Publishes Events on owners.
-    pub recorder: Recorder,
+    pub events: events::Events,
     /// Problems announced recently, so each is announced once.
     pub announced: announce::Announced,
     /// Reconcile counters and timings.
@@ -111,12 +108,8 @@ where
         controller = controller.owns_stream(secrets);
     }
 
-    let reporter = Reporter {
-        controller: "mutantops".into(),
-        instance,
-    };
     let context = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
+        events: events::Events::new(client.clone(), instance),
         client,
         deployments: caches.deployments(K::KIND).clone(),
         caches: caches.clone(),

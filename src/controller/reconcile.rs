@@ -17,16 +17,13 @@ use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
-    runtime::{
-        controller::Action,
-        events::{Event, EventType},
-        reflector::ObjectRef,
-    },
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
 
 use super::{
     Context, RESYNC_AFTER,
+    events::EventType,
     secret::{self, SecretState},
 };
 use crate::{
@@ -274,9 +271,8 @@ async fn announce_problems<K: OwnerResource>(
     }
 }
 
-/// A reference to a variant's Deployment (which may not exist), the Event's related object:
-/// it also keeps Events about different variants apart, as the recorder merges Events with the
-/// same reason, owner and related object into one series.
+/// A reference to a variant's Deployment (which may not exist), the Event's related object,
+/// so that `kubectl events` shows which variant an Event is about.
 fn deployment_ref(namespace: &str, name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("apps/v1".to_string()),
@@ -296,27 +292,9 @@ async fn publish<K: OwnerResource>(
     note: String,
     related: Option<ObjectReference>,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(truncate(note, 1000)),
-        action: "Reconcile".to_string(),
-        secondary: related,
-    };
-    if let Err(err) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        tracing::warn!(reason, error = %err, "could not publish an Event");
-    }
-}
-
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    text
+    ctx.events
+        .publish(obj.object_ref(&()), type_, reason, note, related)
+        .await;
 }
 
 /// Whether the API server refused the object itself, so that retrying cannot help: 422
