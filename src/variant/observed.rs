@@ -9,9 +9,12 @@
 //! cached Deployment costs a small fraction of the typed struct, with nothing lost that the
 //! comparison needs: a hand edit anywhere in the spec is still seen and put back.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, collections::BTreeMap};
 
-use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::{
+    NamespaceResourceScope,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
@@ -39,8 +42,9 @@ pub struct RolloutCounts {
 /// A Deployment as the operator caches it. Decoded from the API server's JSON (watch events,
 /// GET and apply responses) like any `apps/v1` Deployment, through [`kube::Resource`]:
 ///
-/// - `metadata` without `managedFields` and without annotations (those are in the compared
-///   text; kubectl's last-applied copy is dropped);
+/// - `metadata`: name, namespace, uid, resourceVersion, generation, the timestamps, labels
+///   and ownerReferences (annotations are in the compared text, kubectl's last-applied copy
+///   is dropped, `managedFields` and the rest are skipped unread);
 /// - `spec.replicas` and the status counters, typed;
 /// - the annotations and the whole spec as one compact JSON text, for [`Self::comparable`].
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -78,29 +82,66 @@ impl ObservedDeployment {
 }
 
 /// The fields read off the wire; everything else (`status.conditions`, `managedFields`, ...) is
-/// skipped by the decoder.
+/// skipped by the decoder without being built first.
 #[derive(Deserialize)]
 struct Wire {
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: WireMeta,
     #[serde(default)]
     spec: Option<Map<String, Value>>,
     #[serde(default)]
     status: Option<RolloutCounts>,
 }
 
+/// The metadata kept (annotations only until they move into the compared text).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    deletion_timestamp: Option<Time>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
 impl<'de> Deserialize<'de> for ObservedDeployment {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let Wire {
-            mut metadata,
+            metadata: wire,
             spec,
             status,
         } = Wire::deserialize(deserializer)?;
-        metadata.managed_fields = None;
-        let annotations = metadata.annotations.take().map(|mut annotations| {
+        let annotations = wire.annotations.map(|mut annotations| {
             annotations.remove(LAST_APPLIED);
             annotations
         });
+        let metadata = ObjectMeta {
+            name: wire.name,
+            namespace: wire.namespace,
+            uid: wire.uid,
+            resource_version: wire.resource_version,
+            generation: wire.generation,
+            creation_timestamp: wire.creation_timestamp,
+            deletion_timestamp: wire.deletion_timestamp,
+            labels: wire.labels,
+            owner_references: wire.owner_references,
+            ..ObjectMeta::default()
+        };
         let replicas = spec
             .as_ref()
             .and_then(|s| s.get("replicas"))
