@@ -1,6 +1,8 @@
 use std::{collections::HashMap, ffi::OsString, fs};
 
+use super::tls::client_identity;
 use super::*;
+use base64::Engine as _;
 
 /// A directory of its own under the system's temporary directory, removed on drop.
 struct TempDir(PathBuf);
