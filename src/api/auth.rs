@@ -7,6 +7,7 @@
 
 use hyper::{HeaderMap, header::AUTHORIZATION};
 use kube::runtime::reflector::ObjectRef;
+use subtle::ConstantTimeEq as _;
 
 use crate::{
     cache::Caches, config::Secret as Token, controller::secret::TOKEN_KEY,
@@ -61,12 +62,9 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// Compares two byte strings in time that depends only on their lengths.
+/// Compares two byte strings in time that depends only on their lengths (subtle's `ct_eq`).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
 }
 
 impl Auth {
