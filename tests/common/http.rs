@@ -1,5 +1,8 @@
-//! A minimal HTTP/1.1 client over a raw TCP stream: one request per connection
-//! (`Connection: close`), enough to test the operator's API exactly as bytes go over the wire.
+//! The one raw HTTP/1.1 client of the integration tests, over a plain TCP stream: one request
+//! per connection (`Connection: close`) with [`request`], or any bytes with [`exchange`], and
+//! the parsers of what comes back ([`parse`] for the first response, [`responses`] for every
+//! response of a pipelined exchange), so the operator's API is tested exactly as bytes go over
+//! the wire.
 
 use std::time::Duration;
 
@@ -11,6 +14,8 @@ use tokio::{
 /// A response: status code, headers (lower-case names) and body.
 #[derive(Debug, Clone)]
 pub struct Reply {
+    /// `HTTP/1.1` or `HTTP/1.0`.
+    pub version: String,
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: String,
@@ -91,23 +96,80 @@ pub async fn exchange(port: u16, raw: &[u8]) -> String {
     String::from_utf8_lossy(&out).to_string()
 }
 
-/// Parses one response (head and a Content-Length body) off the front of `text`.
-pub fn parse(text: &str) -> Option<Reply> {
-    let (head, rest) = text.split_once("\r\n\r\n")?;
+/// A response head: version, status, headers (lower-case names) and where the body starts.
+type Head = (String, u16, Vec<(String, String)>, usize);
+
+/// The response head at the front of `raw`.
+fn head(raw: &[u8]) -> Option<Head> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
+    let mut status_line = lines.next()?.splitn(3, ' ');
+    let version = status_line.next()?.to_string();
+    if !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    let status = status_line.next()?.parse().ok()?;
+    let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let length = headers
+    Some((version, status, headers, end + 4))
+}
+
+fn content_length(headers: &[(String, String)]) -> Option<usize> {
+    headers
         .iter()
         .find(|(n, _)| n == "content-length")
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .unwrap_or(rest.len());
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// Parses one response (head and a Content-Length body) off the front of `text`; a body cut
+/// short (a reset after an early answer) is what arrived.
+pub fn parse(text: &str) -> Option<Reply> {
+    let (version, status, headers, start) = head(text.as_bytes())?;
+    let rest = text.get(start..)?;
+    let length = content_length(&headers).unwrap_or(rest.len());
     Some(Reply {
+        version,
         status,
-        headers,
         body: rest.get(..length).unwrap_or(rest).to_string(),
+        headers,
     })
+}
+
+/// Parses every complete response in `raw`, in order (bodies by Content-Length; 204 and 1xx
+/// have none; without a length the body runs to the end). Panics on bytes that are not a
+/// response, or a truncated one.
+pub fn responses(raw: &[u8]) -> Vec<Reply> {
+    let mut out = Vec::new();
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let shown = || {
+            String::from_utf8_lossy(rest)
+                .chars()
+                .take(600)
+                .collect::<String>()
+        };
+        let (version, status, headers, start) =
+            head(rest).unwrap_or_else(|| panic!("not a complete response head: {:?}", shown()));
+        let length = match (status, content_length(&headers)) {
+            (204 | 100..=199, _) => 0,
+            (_, Some(length)) => length,
+            (_, None) => rest.len() - start,
+        };
+        assert!(
+            rest.len() >= start + length,
+            "truncated body: {:?}",
+            shown()
+        );
+        out.push(Reply {
+            version,
+            status,
+            headers,
+            body: String::from_utf8_lossy(&rest[start..start + length]).to_string(),
+        });
+        rest = &rest[start + length..];
+    }
+    out
 }

@@ -14,6 +14,7 @@ use tokio::{
 };
 
 use super::*;
+use crate::common::http::{Reply, responses};
 
 /// How long the server may take to cut off or answer a hostile client. Generous on purpose:
 /// the server's own limits are a few seconds (head 5 s, body 10 s); this only bounds the test.
@@ -90,80 +91,6 @@ async fn read_until_closed(stream: &mut (impl AsyncReadExt + Unpin), what: &str)
     }
 }
 
-/// One parsed response.
-#[derive(Debug)]
-struct Response {
-    version: String,
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {:?}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-}
-
-/// Parses every complete response in `raw`, in order (bodies by Content-Length; 204 and
-/// 1xx have none). Panics on bytes that are not a response.
-fn responses(raw: &[u8]) -> Vec<Response> {
-    let mut out = Vec::new();
-    let mut rest = raw;
-    while !rest.is_empty() {
-        let end = rest
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or_else(|| panic!("incomplete response head: {:?}", lossy(rest)));
-        let head = std::str::from_utf8(&rest[..end]).unwrap();
-        let mut lines = head.split("\r\n");
-        let mut status_line = lines.next().unwrap().splitn(3, ' ');
-        let version = status_line.next().unwrap().to_string();
-        assert!(version.starts_with("HTTP/1."), "not a response: {head:?}");
-        let status: u16 = status_line.next().unwrap().parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let length = headers
-            .iter()
-            .find(|(n, _)| n == "content-length")
-            .map(|(_, v)| v.parse::<usize>().unwrap());
-        let length = match (status, length) {
-            (204 | 100..=199, _) => 0,
-            (_, Some(length)) => length,
-            // No length: the body runs to the end of the connection.
-            (_, None) => rest.len() - end - 4,
-        };
-        let body_start = end + 4;
-        assert!(
-            rest.len() >= body_start + length,
-            "truncated body: {:?}",
-            lossy(rest)
-        );
-        out.push(Response {
-            version,
-            status,
-            headers,
-            body: rest[body_start..body_start + length].to_vec(),
-        });
-        rest = &rest[body_start + length..];
-    }
-    out
-}
-
 fn lossy(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     text.chars().take(600).collect()
@@ -188,7 +115,7 @@ fn head(method: &str, path: &str, extra: &str) -> String {
 }
 
 /// Sends a complete request with a JSON body and returns the one response.
-async fn send_json(port: u16, method: &str, path: &str, body: &[u8]) -> Response {
+async fn send_json(port: u16, method: &str, path: &str, body: &[u8]) -> Reply {
     let mut raw = head(
         method,
         path,
