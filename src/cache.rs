@@ -202,51 +202,74 @@ pub fn start(client: &Client, namespace: Option<&str>) -> (Caches, Feeds) {
     (caches, feeds)
 }
 
-/// The cache of every owner of kind `K`.
-fn owners<K: OwnerResource>(
-    client: &Client,
-    namespace: Option<&str>,
-    signal: &Arc<watch::Sender<CacheState>>,
-) -> (Store<K>, Feed<K>) {
-    let api: Api<K> = scoped(client, namespace);
-    let (store, writer) = reflector::store();
-    let cache = Cache::Owners(K::KIND);
-    let feed = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .inspect_ok(signalling(signal, cache))
-        .applied_objects();
-    (store, Box::pin(feed))
+/// What a cache can hold: any namespaced Kubernetes type.
+pub trait Cached:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
 }
 
-/// `cache`: the objects of type `K` that carry owner kind `kind`'s label.
-fn generated<K>(
-    client: &Client,
-    namespace: Option<&str>,
-    cache: Cache,
-    kind: OwnerKind,
-    signal: &Arc<watch::Sender<CacheState>>,
-) -> (Store<K>, Feed<K>)
-where
+impl<K> Cached for K where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A watch of `K` (filtered by `config`) that fills a new store and signals each change of
+/// `cache`: the store and the watch's events.
+fn reflected<K: Cached>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+    cache: Cache,
+    signal: &Arc<watch::Sender<CacheState>>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>,
+) {
     let api: Api<K> = scoped(client, namespace);
     let (store, writer) = reflector::store();
-    let config = watcher::Config::default().labels(&generated_selector(kind));
-    let feed = watcher(api, config)
+    let events = watcher(api, config)
         .default_backoff()
         .modify(slim)
         .reflect(writer)
-        .inspect_ok(signalling(signal, cache))
-        .touched_objects();
-    (store, Box::pin(feed))
+        .inspect_ok(signalling(signal, cache));
+    (store, events)
+}
+
+/// The cache of every owner of kind `K`; its feed yields the owners added or changed.
+fn owners<K: OwnerResource>(
+    client: &Client,
+    namespace: Option<&str>,
+    signal: &Arc<watch::Sender<CacheState>>,
+) -> (Store<K>, Feed<K>) {
+    let config = watcher::Config::default();
+    let (store, events) = reflected(client, namespace, config, Cache::Owners(K::KIND), signal);
+    (store, Box::pin(events.applied_objects()))
+}
+
+/// `cache`: the objects of type `K` that carry owner kind `kind`'s label; its feed yields
+/// those changed or deleted.
+fn generated<K: Cached>(
+    client: &Client,
+    namespace: Option<&str>,
+    cache: Cache,
+    kind: OwnerKind,
+    signal: &Arc<watch::Sender<CacheState>>,
+) -> (Store<K>, Feed<K>) {
+    let config = watcher::Config::default().labels(&generated_selector(kind));
+    let (store, events) = reflected(client, namespace, config, cache, signal);
+    (store, Box::pin(events.touched_objects()))
 }
 
 /// Tells every waiter of a change to `cache`, once the store has applied it.
