@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 mod argo;
 mod embedded;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod owner;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};

@@ -138,43 +138,24 @@ pub fn mutation_view(m: &Mutation) -> MutationView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{MutationSpec, OwnerStatus, VariantState};
+    use crate::crd::{OwnerStatus, VariantState, fixtures};
     use serde_json::json;
 
-    fn mutation(annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Mutation {
-        let mut m = Mutation::new(
+    fn mutation() -> Mutation {
+        fixtures::mutation(
             "web",
-            MutationSpec {
-                deployment: EmbeddedJson::from(
-                    &json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
-                ),
-                variants: vec![Variant {
-                    label: "beta".into(),
-                    env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),
-                    instances: 2,
-                }],
-            },
-        );
-        m.metadata.namespace = Some("default".into());
-        m.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        m.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        m
+            vec![Variant {
+                label: "beta".into(),
+                env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),
+                instances: 2,
+            }],
+        )
     }
 
     #[test]
     fn a_variant_renders_as_the_readme_shows() {
         // R23
-        let mut m = mutation(&[], &[]);
+        let mut m = mutation();
         assert_eq!(
             serde_json::to_value(variant_view(&m, 0).unwrap()).unwrap(),
             json!({"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2,
@@ -182,12 +163,8 @@ mod tests {
         );
         m.status = Some(OwnerStatus {
             variants: vec![VariantStatus {
-                label: "beta".into(),
-                state: VariantState::Ready,
-                message: None,
-                deployment: "web-beta".into(),
                 replicas: 2,
-                ready_replicas: 2,
+                ..fixtures::variant_status("beta", VariantState::Ready, 2)
             }],
             summary: "1/1 variants ready".into(),
             secret: Some("web-secret".into()),

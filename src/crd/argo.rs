@@ -29,29 +29,13 @@ impl Mutation {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-    use crate::crd::{EmbeddedJson, MutationSpec};
+    use crate::crd::fixtures;
 
     fn mutation(annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Mutation {
-        let mut m = Mutation::new(
-            "web",
-            MutationSpec {
-                deployment: EmbeddedJson::from(&json!({})),
-                variants: Vec::new(),
-            },
-        );
-        let map = |pairs: &[(&str, &str)]| {
-            Some(
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            )
-        };
-        m.metadata.annotations = map(annotations);
-        m.metadata.labels = map(labels);
+        let mut m = fixtures::mutation("web", Vec::new());
+        m.metadata.annotations = fixtures::map(annotations);
+        m.metadata.labels = fixtures::map(labels);
         m
     }
 

@@ -5,7 +5,7 @@ use kube::runtime::{reflector, watcher};
 use super::{CacheView, Metrics, process};
 use crate::crd::{
     MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerKind, OwnerStatus,
-    Variant, VariantState, VariantStatus,
+    Variant, VariantState, fixtures,
 };
 
 fn lines(text: &str) -> Vec<&str> {
@@ -25,17 +25,6 @@ fn variant(label: &str) -> Variant {
         label: label.into(),
         env: Default::default(),
         instances: 1,
-    }
-}
-
-fn status(label: &str, state: VariantState) -> VariantStatus {
-    VariantStatus {
-        label: label.into(),
-        state,
-        message: None,
-        deployment: format!("web-{label}"),
-        replicas: 1,
-        ready_replicas: 0,
     }
 }
 
@@ -64,7 +53,7 @@ fn mutation(name: &str, labels: &[&str], states: &[VariantState]) -> Mutation {
         variants: labels
             .iter()
             .zip(states)
-            .map(|(l, s)| status(l, *s))
+            .map(|(l, s)| fixtures::variant_status(l, *s, 0))
             .collect(),
         ..Default::default()
     });

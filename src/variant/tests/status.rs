@@ -66,14 +66,7 @@ fn variant_state_is_ready_only_when_observed_and_all_replicas_match() {
 }
 
 fn vs(label: &str, state: VariantState) -> VariantStatus {
-    VariantStatus {
-        label: label.into(),
-        state,
-        message: None,
-        deployment: format!("web-{label}"),
-        replicas: 1,
-        ready_replicas: 1,
-    }
+    crate::crd::fixtures::variant_status(label, state, 1)
 }
 
 // R11
