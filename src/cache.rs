@@ -15,7 +15,11 @@ use futures::{Stream, TryStreamExt};
 use k8s_openapi::{NamespaceResourceScope, api::core::v1::Secret};
 use kube::{
     Api, Client, Resource,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    runtime::{
+        WatchStreamExt, reflector,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use tokio::{sync::watch, time::Instant};
 
@@ -83,10 +87,30 @@ pub struct Caches {
     /// The Mutations' own Secrets.
     pub secrets: Store<Secret>,
     /// The Deployments generated for MutantDeployments.
-    pub md_deployments: Store<ObservedDeployment>,
+    pub md_deployments: DeploymentCache,
     /// The Deployments generated for Mutations.
-    pub mutation_deployments: Store<ObservedDeployment>,
+    pub mutation_deployments: DeploymentCache,
     changes: watch::Receiver<CacheState>,
+}
+
+/// The Deployments generated for one owner kind: the store, and which are whose.
+#[derive(Clone)]
+pub struct DeploymentCache {
+    /// Every Deployment carrying the kind's label.
+    pub store: Store<ObservedDeployment>,
+    index: OwnerIndex,
+}
+
+impl DeploymentCache {
+    /// The cached Deployments in `namespace` that carry owner label `owner` (not yet checked
+    /// for the owner's uid: see `variant::may_prune`), without scanning the others.
+    pub fn of_owner(&self, namespace: &str, owner: &str) -> Vec<Arc<ObservedDeployment>> {
+        self.index
+            .names(namespace, owner)
+            .into_iter()
+            .filter_map(|name| self.store.get(&ObjectRef::new(&name).within(namespace)))
+            .collect()
+    }
 }
 
 impl Caches {
@@ -97,7 +121,7 @@ impl Caches {
     }
 
     /// The Deployments generated for owners of `kind`.
-    pub fn deployments(&self, kind: OwnerKind) -> &Store<ObservedDeployment> {
+    pub fn deployments(&self, kind: OwnerKind) -> &DeploymentCache {
         match kind {
             OwnerKind::MutantDeployment => &self.md_deployments,
             OwnerKind::Mutation => &self.mutation_deployments,
@@ -167,9 +191,10 @@ pub fn start(client: &Client, namespace: Option<&str>) -> (Caches, Feeds) {
     let signal = Arc::new(signal);
     let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, &signal);
     let (mutations, mutation_owners) = owners::<Mutation>(client, namespace, &signal);
-    let deployments = |kind| generated(client, namespace, Cache::Deployments(kind), kind, &signal);
-    let (md_deployments, md_feed) = deployments(OwnerKind::MutantDeployment);
-    let (mutation_deployments, mutation_feed) = deployments(OwnerKind::Mutation);
+    let (md_deployments, md_feed) =
+        deployments(client, namespace, OwnerKind::MutantDeployment, &signal);
+    let (mutation_deployments, mutation_feed) =
+        deployments(client, namespace, OwnerKind::Mutation, &signal);
     let (secrets, secret_feed) = generated::<Secret>(
         client,
         namespace,
@@ -225,17 +250,19 @@ impl<K> Cached for K where
 {
 }
 
-/// A watch of `K` (filtered by `config`) that fills a new store and signals each change of
-/// `cache`: the store and the watch's events.
-fn reflected<K: Cached>(
+/// A watch of `K` (filtered by `config`) that fills a new store, hands each event to `also`
+/// (after the store, before anyone is told) and signals each change of `cache`: the store and
+/// the watch's events.
+fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
     client: &Client,
     namespace: Option<&str>,
     config: watcher::Config,
     cache: Cache,
     signal: &Arc<watch::Sender<CacheState>>,
+    also: F,
 ) -> (
     Store<K>,
-    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K, F>,
 ) {
     let api: Api<K> = scoped(client, namespace);
     let (store, writer) = reflector::store();
@@ -243,6 +270,7 @@ fn reflected<K: Cached>(
         .default_backoff()
         .modify(slim)
         .reflect(writer)
+        .inspect_ok(also)
         .inspect_ok(signalling(signal, cache));
     (store, events)
 }
@@ -254,7 +282,8 @@ fn owners<K: OwnerResource>(
     signal: &Arc<watch::Sender<CacheState>>,
 ) -> (Store<K>, Feed<K>) {
     let config = watcher::Config::default();
-    let (store, events) = reflected(client, namespace, config, Cache::Owners(K::KIND), signal);
+    let cache = Cache::Owners(K::KIND);
+    let (store, events) = reflected(client, namespace, config, cache, signal, |_| {});
     (store, Box::pin(events.applied_objects()))
 }
 
@@ -268,8 +297,29 @@ fn generated<K: Cached>(
     signal: &Arc<watch::Sender<CacheState>>,
 ) -> (Store<K>, Feed<K>) {
     let config = watcher::Config::default().labels(&generated_selector(kind));
-    let (store, events) = reflected(client, namespace, config, cache, signal);
+    let (store, events) = reflected(client, namespace, config, cache, signal, |_| {});
     (store, Box::pin(events.touched_objects()))
+}
+
+/// The Deployments generated for owners of `kind`, indexed by owner; the feed yields those
+/// changed or deleted.
+fn deployments(
+    client: &Client,
+    namespace: Option<&str>,
+    kind: OwnerKind,
+    signal: &Arc<watch::Sender<CacheState>>,
+) -> (DeploymentCache, Feed<ObservedDeployment>) {
+    let config = watcher::Config::default().labels(&generated_selector(kind));
+    let index = OwnerIndex::default();
+    let indexing = index.clone();
+    let cache = Cache::Deployments(kind);
+    let (store, events) = reflected(client, namespace, config, cache, signal, move |event| {
+        indexing.apply(event)
+    });
+    (
+        DeploymentCache { store, index },
+        Box::pin(events.touched_objects()),
+    )
 }
 
 /// Tells every waiter of a change to `cache`, once the store has applied it.
@@ -320,8 +370,11 @@ pub(crate) fn for_tests() -> (Caches, Writers) {
     let (mutant_deployments, md) = reflector::store();
     let (mutations, m) = reflector::store();
     let (secrets, s) = reflector::store();
-    let (md_deployments, _) = reflector::store();
-    let (mutation_deployments, _) = reflector::store();
+    let empty = || DeploymentCache {
+        store: reflector::store().0,
+        index: OwnerIndex::default(),
+    };
+    let (md_deployments, mutation_deployments) = (empty(), empty());
     let caches = Caches {
         mutant_deployments,
         mutations,
@@ -370,6 +423,10 @@ impl Writers {
         signalling::<Secret>(&self.signal, Cache::Secrets)(&watcher::Event::InitDone);
     }
 }
+
+mod index;
+
+use index::OwnerIndex;
 
 #[cfg(test)]
 mod tests;

@@ -25,12 +25,11 @@ use tokio::sync::watch;
 
 use crate::{
     Error,
-    cache::{Cache, Caches, Feeds, OwnerFeeds},
+    cache::{Cache, Caches, DeploymentCache, Feeds, OwnerFeeds},
     crd::{MutantDeployment, Mutation, OwnerResource},
     lease,
     metrics::Metrics,
     shutdown::Shutdown,
-    variant::ObservedDeployment,
 };
 
 /// Reconciles of one kind in flight at once. kube-runtime's default is unbounded: a restart
@@ -55,8 +54,8 @@ pub struct Context {
     /// The API client.
     pub client: Client,
     /// This controller's generated Deployments (label-selected), as much of each as
-    /// reconcile reads.
-    pub deployments: Store<ObservedDeployment>,
+    /// reconcile reads, indexed by owner.
+    pub deployments: DeploymentCache,
     /// Every cache, for waiting on the first list of `deployments`.
     pub caches: Caches,
     /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.

@@ -100,12 +100,11 @@ async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, 
     })
 }
 
-/// Step 3: the cached Deployments this owner controls.
+/// Step 3: the cached Deployments this owner controls, through the owner index.
 fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
     ctx.deployments
-        .state()
+        .of_owner(&owner.namespace, &owner.name)
         .into_iter()
-        .filter(|d| d.metadata.namespace.as_deref() == Some(owner.namespace.as_str()))
         .filter(|d| variant::may_prune(&d.metadata, owner))
         .collect()
 }
@@ -138,6 +137,7 @@ async fn converge<K: OwnerResource>(
         let key = ObjectRef::new(planned.name()).within(&owner.namespace);
         let mut current = ctx
             .deployments
+            .store
             .get(&key)
             .map(|d| ObservedDeployment::clone(&d));
         let mut step = variant::resolve(&planned, current.as_ref(), owner, false);
