@@ -44,6 +44,8 @@ pub struct Route {
     pub method: Method,
     /// The path, with `{ns}`, `{name}` and `{label}` for its parameters.
     pub path: &'static str,
+    /// Which of the four paths it is (a test checks it against `path`).
+    pub shape: Shape,
     /// Who may call it.
     pub access: Access,
     /// What it does.
@@ -52,14 +54,33 @@ pub struct Route {
     pub summary: &'static str,
 }
 
-const MUTATIONS: &str = "/api/v1/namespaces/{ns}/mutations";
-const MUTATION: &str = "/api/v1/namespaces/{ns}/mutations/{name}";
-const VARIANTS: &str = "/api/v1/namespaces/{ns}/mutations/{name}/variants";
-const VARIANT: &str = "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}";
+/// The four paths of the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `/api/v1/namespaces/{ns}/mutations`.
+    Mutations,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}`.
+    Mutation,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/variants`.
+    Variants,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}`.
+    Variant,
+}
+
+const MUTATIONS: (&str, Shape) = ("/api/v1/namespaces/{ns}/mutations", Shape::Mutations);
+const MUTATION: (&str, Shape) = ("/api/v1/namespaces/{ns}/mutations/{name}", Shape::Mutation);
+const VARIANTS: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/variants",
+    Shape::Variants,
+);
+const VARIANT: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}",
+    Shape::Variant,
+);
 
 const fn route(
     method: Method,
-    path: &'static str,
+    (path, shape): (&'static str, Shape),
     access: Access,
     action: Action,
     summary: &'static str,
@@ -67,6 +88,7 @@ const fn route(
     Route {
         method,
         path,
+        shape,
         access,
         action,
         summary,
@@ -162,41 +184,44 @@ pub enum Resolved<'a> {
     Found(&'static Route, Params<'a>),
 }
 
-/// Finds the route of `method` and `path`.
+/// Finds the route of `method` and `path`: the path is read once, then only the routes of
+/// its shape are looked at.
 pub fn resolve<'a>(method: &Method, path: &'a str) -> Resolved<'a> {
+    let Some((shape, params)) = shape_of(path) else {
+        return Resolved::NotFound;
+    };
     let mut allowed = Vec::new();
-    for route in ROUTES {
-        if let Some(params) = params(route.path, path) {
-            if route.method == *method {
-                return Resolved::Found(route, params);
-            }
-            allowed.push(route.method.clone());
+    for route in ROUTES.iter().filter(|r| r.shape == shape) {
+        if route.method == *method {
+            return Resolved::Found(route, params);
         }
+        allowed.push(route.method.clone());
     }
-    if allowed.is_empty() {
-        Resolved::NotFound
-    } else {
-        Resolved::MethodNotAllowed(allowed)
-    }
+    Resolved::MethodNotAllowed(allowed)
 }
 
-/// The parameters of `path` when it has the shape of `template`: the same segments, each
-/// literal one equal, no parameter empty.
-fn params<'a>(template: &str, path: &'a str) -> Option<Params<'a>> {
-    let mut found = Params::default();
-    let mut segments = path.split('/');
-    for expected in template.split('/') {
-        let segment = segments.next()?;
-        match expected {
-            "{ns}" | "{name}" | "{label}" if segment.is_empty() => return None,
-            "{ns}" => found.ns = segment,
-            "{name}" => found.name = Some(segment),
-            "{label}" => found.label = Some(segment),
-            literal if literal != segment => return None,
-            _ => {}
+/// Which of the four paths `path` is, with its parameters (none of them empty).
+fn shape_of(path: &str) -> Option<(Shape, Params<'_>)> {
+    let rest = path.strip_prefix("/api/v1/namespaces/")?;
+    let mut segments = [""; 6];
+    let mut count = 0;
+    for segment in rest.split('/') {
+        if segment.is_empty() || count == segments.len() {
+            return None;
         }
+        segments[count] = segment;
+        count += 1;
     }
-    segments.next().is_none().then_some(found)
+    let p = |ns, name, label| Params { ns, name, label };
+    match &segments[..count] {
+        [ns, "mutations"] => Some((Shape::Mutations, p(ns, None, None))),
+        [ns, "mutations", name] => Some((Shape::Mutation, p(ns, Some(*name), None))),
+        [ns, "mutations", name, "variants"] => Some((Shape::Variants, p(ns, Some(*name), None))),
+        [ns, "mutations", name, "variants", label] => {
+            Some((Shape::Variant, p(ns, Some(*name), Some(*label))))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -277,6 +302,13 @@ mod tests {
                 matches!(resolve(&route.method, &path), Resolved::Found(r, _) if std::ptr::eq(r, route)),
                 "{} {}",
                 route.method,
+                route.path
+            );
+            // the shape is the template's
+            assert_eq!(
+                shape_of(&path).map(|(shape, _)| shape),
+                Some(route.shape),
+                "{}",
                 route.path
             );
             assert_eq!(
