@@ -15,6 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod argo;
+pub mod compact;
 mod embedded;
 #[cfg(test)]
 pub(crate) mod fixtures;

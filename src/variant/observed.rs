@@ -16,7 +16,9 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
 use serde::{Deserialize, Deserializer};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+
+use crate::crd::compact::CompactText;
 
 /// kubectl's copy of the whole object it last applied: never compared, never kept.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -87,10 +89,18 @@ impl ObservedDeployment {
 struct Wire {
     #[serde(default)]
     metadata: WireMeta,
+    /// Written out as compact text while it is read: no `Value` tree in between.
     #[serde(default)]
-    spec: Option<Map<String, Value>>,
+    spec: Option<CompactText>,
     #[serde(default)]
     status: Option<RolloutCounts>,
+}
+
+/// `spec.replicas`, read off the spec's text (everything else skipped unread).
+#[derive(Deserialize)]
+struct Replicas {
+    #[serde(default)]
+    replicas: Option<i32>,
 }
 
 /// The metadata kept (annotations only until they move into the compared text).
@@ -142,12 +152,17 @@ impl<'de> Deserialize<'de> for ObservedDeployment {
             owner_references: wire.owner_references,
             ..ObjectMeta::default()
         };
-        let replicas = spec
-            .as_ref()
-            .and_then(|s| s.get("replicas"))
-            .and_then(Value::as_i64)
-            .and_then(|r| i32::try_from(r).ok());
-        let compared = json!({ "annotations": annotations, "spec": spec }).to_string();
+        let spec = spec.map_or_else(|| "null".to_string(), |CompactText(text)| text);
+        let replicas = serde_json::from_str::<Replicas>(&spec)
+            .ok()
+            .and_then(|r| r.replicas);
+        let annotations = serde_json::to_string(&annotations).unwrap_or_else(|_| "null".into());
+        let mut compared = String::with_capacity(spec.len() + annotations.len() + 26);
+        compared.push_str("{\"annotations\":");
+        compared.push_str(&annotations);
+        compared.push_str(",\"spec\":");
+        compared.push_str(&spec);
+        compared.push('}');
         Ok(ObservedDeployment {
             metadata,
             replicas,
