@@ -4,6 +4,8 @@
 
 use std::{ffi::OsString, fmt, net::SocketAddr, time::Duration};
 
+use secrecy::{ExposeSecret as _, SecretString};
+
 use crate::{Error, Result};
 
 /// Default listen address of the HTTP API.
@@ -22,27 +24,36 @@ pub enum LogFormat {
     Json,
 }
 
-/// The admin token of the HTTP API. Its `Debug` never shows the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+/// The admin token of the HTTP API: a `secrecy` secret (its `Debug` never shows the value,
+/// and its memory is zeroed when dropped). Compared by value, for the tests of `Config`.
+#[derive(Clone)]
+pub struct Secret(SecretString);
 
 impl Secret {
     /// Wraps a token.
     pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
+        Secret(SecretString::from(value.into()))
     }
 
     /// The token's bytes, for a constant-time comparison.
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 }
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
+        fmt::Debug::fmt(&self.0, f)
     }
 }
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Secret {}
 
 /// Everything the operator reads from its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +124,7 @@ impl Config {
         let api_token = text("MUTANT_API_TOKEN")?
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
-            .map(Secret);
+            .map(Secret::new);
         let watch_namespace = text("MUTANT_WATCH_NAMESPACE")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
@@ -233,6 +244,13 @@ mod tests {
         assert_eq!(c.api_addr, "127.0.0.1:18080".parse().unwrap());
         assert_eq!(c.metrics_addr, "[::1]:19568".parse().unwrap());
         assert_eq!(c.api_token, Some(Secret::new("abc")));
+        assert_eq!(c.api_token.as_ref().map(Secret::expose), Some("abc"));
+        // the token never shows in a printed configuration
+        let printed = format!("{c:?}");
+        assert!(
+            !printed.contains("abc") && printed.contains("REDACTED"),
+            "{printed}"
+        );
         assert!(c.api_insecure);
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.watch_namespace.as_deref(), Some("edge"));
