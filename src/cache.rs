@@ -195,13 +195,7 @@ pub fn start(client: &Client, namespace: Option<&str>) -> (Caches, Feeds) {
         deployments(client, namespace, OwnerKind::MutantDeployment, &signal);
     let (mutation_deployments, mutation_feed) =
         deployments(client, namespace, OwnerKind::Mutation, &signal);
-    let (secrets, secret_feed) = generated::<Secret>(
-        client,
-        namespace,
-        Cache::Secrets,
-        OwnerKind::Mutation,
-        &signal,
-    );
+    let (secrets, secret_feed) = secrets(client, namespace, &signal);
     let caches = Caches {
         mutant_deployments,
         mutations,
@@ -287,17 +281,15 @@ fn owners<K: OwnerResource>(
     (store, Box::pin(events.applied_objects()))
 }
 
-/// `cache`: the objects of type `K` that carry owner kind `kind`'s label; its feed yields
-/// those changed or deleted.
-fn generated<K: Cached>(
+/// The Mutations' Secrets (those carrying the Mutation kind's label); the feed yields those
+/// changed or deleted.
+fn secrets(
     client: &Client,
     namespace: Option<&str>,
-    cache: Cache,
-    kind: OwnerKind,
     signal: &Arc<watch::Sender<CacheState>>,
-) -> (Store<K>, Feed<K>) {
-    let config = watcher::Config::default().labels(&generated_selector(kind));
-    let (store, events) = reflected(client, namespace, config, cache, signal, |_| {});
+) -> (Store<Secret>, Feed<Secret>) {
+    let config = watcher::Config::default().labels(&generated_selector(OwnerKind::Mutation));
+    let (store, events) = reflected(client, namespace, config, Cache::Secrets, signal, |_| {});
     (store, Box::pin(events.touched_objects()))
 }
 

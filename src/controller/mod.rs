@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::{
     Error,
-    cache::{Cache, Caches, DeploymentCache, Feeds, OwnerFeeds},
+    cache::{Cache, Caches, Feeds, OwnerFeeds},
     crd::{MutantDeployment, Mutation, OwnerResource},
     lease,
     metrics::Metrics,
@@ -53,10 +53,8 @@ pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
 pub struct Context {
     /// The API client.
     pub client: Client,
-    /// This controller's generated Deployments (label-selected), as much of each as
-    /// reconcile reads, indexed by owner.
-    pub deployments: DeploymentCache,
-    /// Every cache, for waiting on the first list of `deployments`.
+    /// Every cache: this controller's generated Deployments (`Caches::deployments`), and the
+    /// wait for their first list.
     pub caches: Caches,
     /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
     pub secrets: Option<Store<Secret>>,
@@ -110,7 +108,6 @@ where
     let context = Arc::new(Context {
         events: events::Events::new(client.clone(), instance),
         client,
-        deployments: caches.deployments(K::KIND).clone(),
         caches: caches.clone(),
         secrets: has_secrets.then(|| caches.secrets.clone()),
         announced: announce::Announced::default(),

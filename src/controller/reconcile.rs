@@ -17,7 +17,7 @@ use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
-    runtime::{controller::Action, reflector::ObjectRef},
+    runtime::controller::Action,
 };
 use serde_json::json;
 
@@ -102,7 +102,8 @@ async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, 
 
 /// Step 3: the cached Deployments this owner controls, through the owner index.
 fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
-    ctx.deployments
+    ctx.caches
+        .deployments(owner.kind)
         .of_owner(&owner.namespace, &owner.name)
         .into_iter()
         .filter(|d| variant::may_prune(&d.metadata, owner))
@@ -134,17 +135,16 @@ async fn converge<K: OwnerResource>(
 
     for mut planned in planned {
         declared.insert(planned.name().to_string());
-        let key = ObjectRef::new(planned.name()).within(&owner.namespace);
-        let mut current = ctx
-            .deployments
-            .store
-            .get(&key)
-            .map(|d| ObservedDeployment::clone(&d));
-        let mut step = variant::resolve(&planned, current.as_ref(), owner, false);
+        // What observe found of this name; anything else of that name is looked up (R9).
+        let mut current = observed
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(planned.name()))
+            .cloned();
+        let mut step = variant::resolve(&planned, current.as_deref(), owner, false);
         if step == Step::LookUp {
-            current = api.get_opt(planned.name()).await?;
+            current = api.get_opt(planned.name()).await?.map(Arc::new);
             planned = planned.check_existing(current.as_ref().map(|d| &d.metadata), owner);
-            step = variant::resolve(&planned, current.as_ref(), owner, true);
+            step = variant::resolve(&planned, current.as_deref(), owner, true);
         }
         if let (
             Step::Write,
@@ -164,7 +164,7 @@ async fn converge<K: OwnerResource>(
                         let related = Some(deployment_ref(&owner.namespace, name));
                         publish(ctx, obj, EventType::Normal, "VariantCreated", note, related).await;
                     }
-                    current = Some(applied);
+                    current = Some(Arc::new(applied));
                     applied_any = true;
                 }
                 Err(kube::Error::Api(status)) if rejected(&status) && !applied_any => {
@@ -185,7 +185,7 @@ async fn converge<K: OwnerResource>(
             }
         }
         let own = current
-            .as_ref()
+            .as_deref()
             .filter(|d| variant::may_prune(&d.metadata, owner));
         statuses.push(planned.status(own));
     }
