@@ -13,7 +13,8 @@
 //!   delete or overwrite (R6, R9);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **observe**: [`ObservedDeployment`] is what the controllers cache of a generated
-//!   Deployment: the metadata, the counters, and the rest as compact text for `needs_apply`.
+//!   Deployment: the metadata, the counters, whether it was created rather than applied
+//!   ([`CreatedEntry`]), and the rest as compact text for `needs_apply`.
 //!
 //! Nothing here does I/O, awaits or reads a clock, so the controller's reconcile is a thin
 //! shell of API calls around these functions and every decision is unit-tested by feeding
@@ -37,7 +38,7 @@ mod validate;
 mod tests;
 
 pub use build::{Planned, Step, build, needs_apply, plan, resolve};
-pub use observed::{ObservedDeployment, RolloutCounts};
+pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{

@@ -155,11 +155,14 @@ async fn timed_reconcile<K: OwnerResource>(
         tracing::debug!(kind = K::KIND.kind(), %object, "not the leader; skipping");
         return Ok(Action::await_change());
     }
-    // Until the first list of the variant Deployments is in, a missing one is looked up on the
-    // server (R9): a new leader at scale would GET hundreds that the list brings anyway.
-    // Waiting ends when the list is in, or when the watch is gone (shutdown); in flight, it
+    // Until the first lists of the variant Deployments (and of the Secrets, for Mutations) are
+    // in, a missing one would be created and, on the server's 409, looked up (R9): a new
+    // leader at scale would send thousands of requests for what the lists bring anyway.
+    // Waiting ends when the lists are in, or when a watch is gone (shutdown); in flight, it
     // counts toward the concurrency bound like any reconcile.
-    if !ctx.caches.listed(Cache::Deployments(K::KIND)).await {
+    if !ctx.caches.listed(Cache::Deployments(K::KIND)).await
+        || (ctx.secrets.is_some() && !ctx.caches.listed(Cache::Secrets).await)
+    {
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();

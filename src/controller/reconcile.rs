@@ -3,20 +3,23 @@
 //! 1. **secret** (Mutations): make sure the token's Secret exists and is this Mutation's;
 //! 2. **plan** (pure, [`variant::plan`]): the Deployment each declared variant should be;
 //! 3. **observe**: this owner's Deployments, from the cache;
-//! 4. **resolve** (pure, [`variant::resolve`]) and **apply**: write what differs, look up on
-//!    the server only what the cache cannot tell, prune ([`variant::stale`]) what is no longer
-//!    declared;
-//! 5. **report** (pure, [`variant::owner_status`]), then write the status when it changed,
-//!    and announce new problems as Events.
+//! 4. **resolve** (pure, [`variant::resolve`]) and **write**: create what the cache does not
+//!    know (looked up only when the server says the name is taken), apply what differs, prune
+//!    ([`variant::stale`]) what is no longer declared; one Event for what was created;
+//! 5. **report** (pure, [`variant::owner_status`]), then write the status when it changed
+//!    (after a creation, in the reconcile the creation brings), and announce new problems as
+//!    Events.
 //!
 //! Reads come from the controller's caches; a steady state makes no request at all.
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::ObjectMeta, jiff::Timestamp,
+};
 use kube::{
-    Api,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    Api, Resource,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     runtime::controller::Action,
 };
 use serde_json::json;
@@ -45,16 +48,21 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let (secret, problems) = ensure_secret(&ctx, &owner).await?;
     let base = obj.base().value();
     let observed = observe(&ctx, &owner);
+    let mut created = Vec::new();
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
             match converge(&ctx, &owner, obj.as_ref(), planned, &observed).await? {
-                Converged::Applied(variants) => (variants, None),
+                Converged::Applied(variants, new) => {
+                    created = new;
+                    (variants, None)
+                }
                 Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),
             }
         }
         Err(problem) => (Vec::new(), Some(problem)),
     };
+    announce_created(&ctx, &owner, obj.as_ref(), &created).await;
     let variants = match &base_error {
         None => variants,
         Some(problem) => {
@@ -75,7 +83,11 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         now: &now,
     });
     announce_problems(&ctx, &owner, obj.as_ref(), &previous, &status).await;
-    if status != previous {
+    // A reconcile that created Deployments leaves the status to the next one, which their
+    // creation brings (their watch events re-queue this owner within the debounce): a status
+    // written now would say only "Progressing" and be written over at once. Creation happens
+    // once per Deployment, so this cannot put the status off for long.
+    if status != previous && created.is_empty() {
         write_status::<K>(&ctx, &owner, &status).await?;
     }
     Ok(Action::requeue(RESYNC_AFTER))
@@ -112,15 +124,22 @@ fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
 
 /// How step 4 ended.
 enum Converged {
-    /// Every valid variant is applied and the stale ones pruned: the variants' statuses.
-    Applied(Vec<VariantStatus>),
+    /// Every valid variant is applied and the stale ones pruned: the variants' statuses, and
+    /// the Deployments created (label, name).
+    Applied(Vec<VariantStatus>, Vec<(String, String)>),
     /// The API server refused the first write for a reason of the object itself: the base is
     /// at fault, and nothing was applied or pruned (R10).
     BaseRejected(String),
 }
 
-/// Step 4: applies every planned variant whose Deployment differs from what is declared, then
-/// prunes the Deployments of variants no longer declared.
+/// Step 4: writes every planned variant whose Deployment is missing or differs from what is
+/// declared, then prunes the Deployments of variants no longer declared.
+///
+/// A variant whose Deployment the cache does not know is created with a POST, without asking
+/// first: in the common case (a new variant) the name is free, and one request does it. Only
+/// when the server answers that the name is taken (409) is the Deployment looked up, to tell
+/// someone else's (a Conflict, R9) from this owner's not cached yet. One that exists is
+/// server-side applied ([`apply`]).
 async fn converge<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
@@ -130,6 +149,7 @@ async fn converge<K: OwnerResource>(
 ) -> Result<Converged> {
     let api: Api<ObservedDeployment> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let mut statuses = Vec::with_capacity(planned.len());
+    let mut created = Vec::new();
     let mut applied_any = false;
     let mut declared = BTreeSet::new();
 
@@ -141,48 +161,49 @@ async fn converge<K: OwnerResource>(
             .find(|d| d.metadata.name.as_deref() == Some(planned.name()))
             .cloned();
         let mut step = variant::resolve(&planned, current.as_deref(), owner, false);
+        let mut written = Ok(None);
+        if let (Step::Create, Planned::Apply { object, .. }) = (step, &planned) {
+            written = create(ctx, &owner.namespace, object).await.map(Some);
+            if let Err(WriteError::Refused(status)) = &written
+                && status.reason == "AlreadyExists"
+            {
+                // The name is taken: someone else's Deployment (R9), or this owner's that the
+                // cache has not seen yet.
+                (step, written) = (Step::LookUp, Ok(None));
+            }
+        }
         if step == Step::LookUp {
             current = api.get_opt(planned.name()).await?.map(Arc::new);
             planned = planned.check_existing(current.as_ref().map(|d| &d.metadata), owner);
             step = variant::resolve(&planned, current.as_deref(), owner, true);
         }
-        if let (
-            Step::Write,
-            Planned::Apply {
-                label,
-                name,
-                object,
-                ..
-            },
-        ) = (step, &planned)
-        {
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match api.patch(name, &params, &Patch::Apply(object)).await {
-                Ok(applied) => {
-                    if current.is_none() {
-                        let note = format!("created Deployment {name} for variant {label}");
-                        let related = Some(deployment_ref(&owner.namespace, name));
-                        publish(ctx, obj, EventType::Normal, "VariantCreated", note, related).await;
-                    }
-                    current = Some(Arc::new(applied));
-                    applied_any = true;
+        if let (Step::Write, Planned::Apply { name, object, .. }) = (step, &planned) {
+            written = apply(ctx, &api, name, object, current.as_deref())
+                .await
+                .map(Some);
+        }
+        match written {
+            Ok(None) => {}
+            Ok(Some(deployment)) => {
+                if step == Step::Create
+                    && let Planned::Apply { label, name, .. } = &planned
+                {
+                    created.push((label.clone(), name.clone()));
                 }
-                Err(kube::Error::Api(status)) if rejected(&status) && !applied_any => {
-                    // The server rejects what every variant is built from: the base.
-                    return Ok(Converged::BaseRejected(status.message));
-                }
-                Err(kube::Error::Api(status)) if rejected(&status) => {
-                    let message = format!("rejected by the API server: {}", status.message);
-                    let invalid = Planned::Invalid {
-                        label: label.clone(),
-                        name: name.clone(),
-                        message,
-                    };
-                    statuses.push(invalid.status(None));
-                    continue;
-                }
-                Err(err) => return Err(err.into()),
+                current = Some(Arc::new(deployment));
+                applied_any = true;
             }
+            // The server refuses what every variant is built from: the base.
+            Err(WriteError::Refused(status)) if rejected(&status) && !applied_any => {
+                return Ok(Converged::BaseRejected(status.message.clone()));
+            }
+            Err(WriteError::Refused(status)) if rejected(&status) => {
+                let message = format!("rejected by the API server: {}", status.message);
+                statuses.push(planned.into_invalid(message).status(None));
+                continue;
+            }
+            Err(WriteError::Refused(status)) => return Err(kube::Error::Api(status).into()),
+            Err(WriteError::Failed(err)) => return Err(err),
         }
         let own = current
             .as_deref()
@@ -192,7 +213,96 @@ async fn converge<K: OwnerResource>(
 
     let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
     prune(ctx, owner, obj, &api, stale).await?;
-    Ok(Converged::Applied(statuses))
+    Ok(Converged::Applied(statuses, created))
+}
+
+/// Why a write of a variant's Deployment failed.
+enum WriteError {
+    /// The API server answered with an error status for the write itself.
+    Refused(Box<kube::core::Status>),
+    /// Anything else: the connection, or the step before the write.
+    Failed(Error),
+}
+
+impl From<kube::Error> for WriteError {
+    fn from(err: kube::Error) -> Self {
+        match err {
+            kube::Error::Api(status) => WriteError::Refused(status),
+            err => WriteError::Failed(err.into()),
+        }
+    }
+}
+
+/// Creates a variant's Deployment with a POST under the operator's field manager. Its fields
+/// are then recorded under an `Update` entry, which [`apply`] hands over to server-side apply
+/// before it first applies over the Deployment.
+async fn create(
+    ctx: &Context,
+    namespace: &str,
+    object: &serde_json::Value,
+) -> std::result::Result<ObservedDeployment, WriteError> {
+    let body = serde_json::to_vec(object)
+        .map_err(|e| WriteError::Failed(Error::Serialize(e.to_string())))?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let request = kube::core::Request::new(ObservedDeployment::url_path(&(), Some(namespace)))
+        .create(&params, body)
+        .map_err(|e| WriteError::Failed(kube::Error::BuildRequest(e).into()))?;
+    Ok(ctx.client.request(request).await?)
+}
+
+/// Server-side applies a variant's Deployment over `current` (forced: the operator owns these
+/// fields, R5). A Deployment the operator created with a POST first has its `Update` entry
+/// made the `Apply` one ([`variant::CreatedEntry`]), so that a field no longer declared is
+/// removed by this apply; the entry is guarded, and a Deployment changed meanwhile fails the
+/// reconcile, to be retried over the newer one.
+async fn apply(
+    ctx: &Context,
+    api: &Api<ObservedDeployment>,
+    name: &str,
+    object: &serde_json::Value,
+    current: Option<&ObservedDeployment>,
+) -> std::result::Result<ObservedDeployment, WriteError> {
+    if let Some(current) = current
+        && let Some(entry) = current.created_entry
+    {
+        let resource_version = current
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default();
+        hand_over(
+            ctx,
+            &current.metadata,
+            entry.handover_patch(resource_version),
+        )
+        .await
+        .map_err(|e| WriteError::Failed(e.into()))?;
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Ok(api.patch(name, &params, &Patch::Apply(object)).await?)
+}
+
+/// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`].
+async fn hand_over(
+    ctx: &Context,
+    meta: &ObjectMeta,
+    patch: serde_json::Value,
+) -> std::result::Result<(), kube::Error> {
+    let url = format!(
+        "{}/{}?fieldManager={FIELD_MANAGER}",
+        ObservedDeployment::url_path(&(), meta.namespace.as_deref()),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
+    let request = hyper::Request::patch(url)
+        .header(hyper::header::CONTENT_TYPE, "application/json-patch+json")
+        .body(body)
+        .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
+    ctx.client.request::<serde::de::IgnoredAny>(request).await?;
+    Ok(())
 }
 
 /// Deletes `stale` Deployments (R6), each with a uid precondition so a Deployment re-created
@@ -243,6 +353,35 @@ async fn write_status<K: OwnerResource>(
     api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
         .await?;
     Ok(())
+}
+
+/// One `VariantCreated` Event for the Deployments this reconcile created (R26): one per
+/// reconcile, not one per variant, so a new owner of many variants costs one Event. The
+/// Deployment is its related object when there is one.
+async fn announce_created<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    created: &[(String, String)],
+) {
+    let (note, related) = match created {
+        [] => return,
+        [(label, name)] => (
+            format!("created Deployment {name} for variant {label}"),
+            Some(deployment_ref(&owner.namespace, name)),
+        ),
+        many => {
+            let list: Vec<String> = many
+                .iter()
+                .map(|(label, name)| format!("{name} (variant {label})"))
+                .collect();
+            (
+                format!("created {} Deployments: {}", many.len(), list.join(", ")),
+                None,
+            )
+        }
+    };
+    publish(ctx, obj, EventType::Normal, "VariantCreated", note, related).await;
 }
 
 /// Events for variants that became Invalid or Conflict, and for an object-level problem

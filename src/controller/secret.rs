@@ -46,8 +46,9 @@ pub enum SecretState {
 }
 
 /// Makes sure the Mutation has its Secret. Reads the cache first, so a steady state makes no
-/// request; only a cache miss asks the API server (metadata only: a foreign Secret's data is
-/// never read).
+/// request. On a cache miss it creates the Secret without asking first (a new Mutation's name
+/// is free, and one request does it); only when the server answers that the name is taken
+/// (409) is the Secret looked up, metadata only, so a foreign Secret's data is never read.
 pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
     let name = secret_name(&owner.name);
     let key = ObjectRef::new(&name).within(&owner.namespace);
@@ -57,15 +58,9 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
         return Ok(SecretState::Owned { created: false });
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    // Two rounds at most: a create that loses a race looks again once.
+    // Two rounds at most: a Secret deleted between the 409 and the look-up is created again
+    // once.
     for _ in 0..2 {
-        if let Some(existing) = api.get_metadata_opt(&name).await? {
-            return Ok(if is_controlled_by(&existing.metadata, &owner.uid) {
-                SecretState::Owned { created: false }
-            } else {
-                SecretState::Foreign
-            });
-        }
         match api
             .create(&PostParams::default(), &new_secret(owner, &name)?)
             .await
@@ -74,8 +69,15 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
                 tracing::info!(namespace = %owner.namespace, secret = %created.name_any(), "created the Mutation's Secret");
                 return Ok(SecretState::Owned { created: true });
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => {}
             Err(err) => return Err(err.into()),
+        }
+        if let Some(existing) = api.get_metadata_opt(&name).await? {
+            return Ok(if is_controlled_by(&existing.metadata, &owner.uid) {
+                SecretState::Owned { created: false }
+            } else {
+                SecretState::Foreign
+            });
         }
     }
     Ok(SecretState::Foreign)

@@ -232,6 +232,19 @@ impl Planned {
         }
     }
 
+    /// The same variant as `Invalid` with `message`: the API server refused its Deployment.
+    pub fn into_invalid(self, message: String) -> Planned {
+        match self {
+            Planned::Apply { label, name, .. }
+            | Planned::Invalid { label, name, .. }
+            | Planned::Conflict { label, name, .. } => Planned::Invalid {
+                label,
+                name,
+                message,
+            },
+        }
+    }
+
     /// The variant's status line (R11). `observed` is its Deployment as last seen, if this
     /// owner controls one; Invalid and Conflict variants report 0 replicas.
     pub fn status(&self, observed: Option<&ObservedDeployment>) -> VariantStatus {
@@ -314,15 +327,19 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
 pub enum Step {
     /// Server-side apply the variant's Deployment: missing, or not as declared.
     Write,
-    /// The cache has no Deployment of that name controlled by this owner: ask the API server,
-    /// as it may be someone else's (R9), or this owner's not cached yet.
+    /// The cache knows no Deployment of that name: create it. When the API server answers
+    /// that one exists (409), it may be someone else's (R9) or this owner's not cached yet:
+    /// look it up then.
+    Create,
+    /// The cache has a Deployment of that name that this owner does not control: ask the API
+    /// server, as it may be someone else's (R9), or this owner's cached before it took it.
     LookUp,
     /// Nothing to write: the Deployment matches, or the variant cannot be applied.
     Keep,
 }
 
 /// Decides [`Step`] for `planned`, given its Deployment as known: from the cache
-/// (`from_server` false; a miss is looked up) or from the API server. Run [`Planned::check_existing`]
+/// (`from_server` false; a miss is created, or looked up when the cache holds someone else's) or from the API server. Run [`Planned::check_existing`]
 /// on what the server answers before resolving again.
 pub fn resolve(
     planned: &Planned,
@@ -335,7 +352,11 @@ pub fn resolve(
     };
     let ours = observed.is_some_and(|d| super::may_prune(&d.metadata, owner));
     if !ours && !from_server {
-        Step::LookUp
+        if observed.is_none() {
+            Step::Create
+        } else {
+            Step::LookUp
+        }
     } else if needs_apply(object, observed) {
         Step::Write
     } else {

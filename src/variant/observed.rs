@@ -15,9 +15,13 @@ use k8s_openapi::{
     NamespaceResourceScope,
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
-use serde::{Deserialize, Deserializer};
+use serde::{
+    Deserialize, Deserializer,
+    de::{IgnoredAny, SeqAccess, Visitor},
+};
 use serde_json::{Value, json};
 
+use super::FIELD_MANAGER;
 use crate::crd::compact::CompactText;
 
 /// kubectl's copy of the whole object it last applied: never compared, never kept.
@@ -41,12 +45,47 @@ pub struct RolloutCounts {
     pub ready_replicas: Option<i32>,
 }
 
+/// The operator's `Update` entry in a Deployment's `metadata.managedFields`: the Deployment was
+/// created with a POST (which records its fields under an `Update` entry), not applied.
+/// Server-side apply removes only the fields its own `Apply` entry holds, so before the first
+/// apply over such a Deployment the entry is made the `Apply` one ([`Self::handover_patch`]),
+/// or dropped when an `Apply` entry exists beside it: a field no longer declared is then removed
+/// like any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreatedEntry {
+    /// Its position in `managedFields`.
+    pub index: usize,
+    /// Whether the operator also has an `Apply` entry.
+    pub applied_too: bool,
+}
+
+impl CreatedEntry {
+    /// The JSON patch (RFC 6902) that hands the entry over to server-side apply, guarded by the
+    /// Deployment's `resourceVersion` and by the entry itself: a Deployment changed meanwhile
+    /// makes the server refuse it (422) rather than edit the wrong entry.
+    pub fn handover_patch(&self, resource_version: &str) -> Value {
+        let entry = format!("/metadata/managedFields/{}", self.index);
+        let change = if self.applied_too {
+            json!({"op": "remove", "path": entry})
+        } else {
+            json!({"op": "replace", "path": format!("{entry}/operation"), "value": "Apply"})
+        };
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "test", "path": format!("{entry}/manager"), "value": FIELD_MANAGER},
+            {"op": "test", "path": format!("{entry}/operation"), "value": "Update"},
+            change,
+        ])
+    }
+}
+
 /// A Deployment as the operator caches it. Decoded from the API server's JSON (watch events,
 /// GET and apply responses) like any `apps/v1` Deployment, through [`kube::Resource`]:
 ///
 /// - `metadata`: name, namespace, uid, resourceVersion, generation, the timestamps, labels
 ///   and ownerReferences (annotations are in the compared text, kubectl's last-applied copy
-///   is dropped, `managedFields` and the rest are skipped unread);
+///   is dropped, of `managedFields` only the operator's own `Update` entry is noted, the rest
+///   is skipped unread);
 /// - `spec.replicas` and the status counters, typed;
 /// - the annotations and the whole spec as one compact JSON text, for [`Self::comparable`].
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -57,6 +96,9 @@ pub struct ObservedDeployment {
     pub replicas: Option<i32>,
     /// The status counters, when the Deployment controller has written a status.
     pub status: Option<RolloutCounts>,
+    /// The operator's `Update` entry in `managedFields`, when it created the Deployment with
+    /// a POST and has not applied over it since.
+    pub created_entry: Option<CreatedEntry>,
     /// `{"annotations": {...}, "spec": {...}}` as compact JSON text.
     compared: Box<str>,
 }
@@ -127,6 +169,59 @@ struct WireMeta {
     annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
     owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default)]
+    managed_fields: ManagedFields,
+}
+
+/// What `managedFields` says of the operator's entries; their field sets are skipped unread.
+#[derive(Default)]
+struct ManagedFields(Option<CreatedEntry>);
+
+/// One entry of `managedFields`, as far as it is read.
+#[derive(Deserialize)]
+struct ManagedEntry {
+    #[serde(default)]
+    manager: Option<String>,
+    #[serde(default)]
+    operation: Option<String>,
+    #[serde(default)]
+    subresource: Option<IgnoredAny>,
+}
+
+impl<'de> Deserialize<'de> for ManagedFields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = ManagedFields;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of managedFields entries, or null")
+            }
+            fn visit_unit<E>(self) -> Result<ManagedFields, E> {
+                Ok(ManagedFields(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ManagedFields, A::Error> {
+                let (mut created, mut applied) = (None, false);
+                let mut index = 0;
+                while let Some(entry) = seq.next_element::<ManagedEntry>()? {
+                    if entry.manager.as_deref() == Some(FIELD_MANAGER)
+                        && entry.subresource.is_none()
+                    {
+                        match entry.operation.as_deref() {
+                            Some("Update") => created = created.or(Some(index)),
+                            Some("Apply") => applied = true,
+                            _ => {}
+                        }
+                    }
+                    index += 1;
+                }
+                Ok(ManagedFields(created.map(|index| CreatedEntry {
+                    index,
+                    applied_too: applied,
+                })))
+            }
+        }
+        deserializer.deserialize_any(Entries)
+    }
 }
 
 impl<'de> Deserialize<'de> for ObservedDeployment {
@@ -167,6 +262,7 @@ impl<'de> Deserialize<'de> for ObservedDeployment {
             metadata,
             replicas,
             status,
+            created_entry: wire.managed_fields.0,
             compared: compared.into_boxed_str(),
         })
     }

@@ -53,6 +53,50 @@ async fn hand_edits_and_deletes_are_undone() {
     assert_eq!(again.spec.unwrap().replicas, Some(2));
 }
 
+/// R4, R5: a variable a variant no longer declares is removed from its Deployment. The
+/// Deployment was created with a POST (its fields recorded under the operator's `Update`
+/// entry); the first apply over it hands that entry to server-side apply, so the apply can
+/// remove what it no longer sets. Afterwards the operator holds one `Apply` entry only.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn what_a_variant_no_longer_declares_is_removed() {
+    let f = Fixture::new("ctl-drop").await;
+    let two = json!([{ "label": "a", "env": { "MODE": "variant", "EXTRA": "1" }, "instances": 0 }]);
+    f.apply::<Mutation>(&mutation("drop", base("web"), two))
+        .await;
+    let created = f
+        .wait_deployment("web-a", "EXTRA set", |d| {
+            env_of(d).contains(&("EXTRA".into(), "1".into()))
+        })
+        .await;
+    let entries = |d: &Deployment| -> Vec<String> {
+        d.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|e| e.manager.as_deref() == Some("mutantops-operator"))
+            .map(|e| format!("{:?}/{:?}", e.operation, e.subresource))
+            .collect()
+    };
+    assert_eq!(
+        entries(&created),
+        ["Some(\"Update\")/None"],
+        "created with a POST"
+    );
+
+    let one = json!([{ "label": "a", "env": { "MODE": "variant" }, "instances": 0 }]);
+    f.apply::<Mutation>(&mutation("drop", base("web"), one))
+        .await;
+    let changed = f
+        .wait_deployment("web-a", "EXTRA removed", |d| {
+            !env_of(d).iter().any(|(name, _)| name == "EXTRA")
+        })
+        .await;
+    assert!(env_of(&changed).contains(&("MODE".into(), "variant".into())));
+    assert_eq!(changed.uid(), created.uid(), "changed in place");
+    assert_eq!(entries(&changed), ["Some(\"Apply\")/None"]);
+}
+
 /// R6: a MutantDeployment and a Mutation with the same name in one namespace never prune each
 /// other's Deployments.
 #[tokio::test]

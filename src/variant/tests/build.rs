@@ -365,3 +365,79 @@ fn an_observed_deployment_keeps_what_reconcile_reads() {
     assert_eq!((bare.replicas, bare.status.clone()), (None, None));
     assert!(needs_apply(&desired, Some(&bare)));
 }
+
+/// The operator's `Update` entry of a Deployment it created with a POST is noted, and only
+/// that entry: status entries, other managers and its own `Apply` entry are not it.
+#[test]
+fn created_entry_is_the_operators_update_entry() {
+    let entry = |manager: &str, operation: &str, subresource: Option<&str>| {
+        let mut e = json!({
+            "manager": manager, "operation": operation, "apiVersion": "apps/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}},
+        });
+        if let Some(s) = subresource {
+            e["subresource"] = json!(s);
+        }
+        e
+    };
+    let decode_with = |entries: Vec<Value>| -> Option<CreatedEntry> {
+        let d: ObservedDeployment =
+            serde_json::from_value(json!({"metadata": {"name": "x", "managedFields": entries}}))
+                .unwrap_or_default();
+        d.created_entry
+    };
+    let status = entry(FIELD_MANAGER, "Update", Some("status"));
+    let created = entry(FIELD_MANAGER, "Update", None);
+    let applied = entry(FIELD_MANAGER, "Apply", None);
+    let kcm = entry("kube-controller-manager", "Update", Some("status"));
+    let kubectl = entry("kubectl-edit", "Update", None);
+
+    assert_eq!(decode_with(vec![]), None);
+    assert_eq!(decode_with(vec![applied.clone(), kcm.clone()]), None);
+    assert_eq!(decode_with(vec![kubectl.clone(), status]), None);
+    assert_eq!(
+        decode_with(vec![kcm.clone(), created.clone()]),
+        Some(CreatedEntry {
+            index: 1,
+            applied_too: false
+        })
+    );
+    assert_eq!(
+        decode_with(vec![created, kubectl, applied]),
+        Some(CreatedEntry {
+            index: 0,
+            applied_too: true
+        })
+    );
+    let null: ObservedDeployment =
+        serde_json::from_value(json!({"metadata": {"name": "x", "managedFields": null}}))
+            .unwrap_or_default();
+    assert_eq!(null.metadata.name.as_deref(), Some("x"));
+}
+
+/// The hand-over patch is guarded by the resourceVersion and the entry, and turns the entry
+/// into the `Apply` one, or drops it when an `Apply` entry exists already.
+#[test]
+fn handover_patch_is_guarded() {
+    let only = CreatedEntry {
+        index: 2,
+        applied_too: false,
+    };
+    assert_eq!(
+        only.handover_patch("41"),
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+            {"op": "test", "path": "/metadata/managedFields/2/manager", "value": FIELD_MANAGER},
+            {"op": "test", "path": "/metadata/managedFields/2/operation", "value": "Update"},
+            {"op": "replace", "path": "/metadata/managedFields/2/operation", "value": "Apply"},
+        ])
+    );
+    let both = CreatedEntry {
+        index: 0,
+        applied_too: true,
+    };
+    assert_eq!(
+        both.handover_patch("7")[3],
+        json!({"op": "remove", "path": "/metadata/managedFields/0"})
+    );
+}

@@ -16,12 +16,12 @@ fn ours(label: &str, replicas: i32) -> ObservedDeployment {
 
 // R5, R9
 #[test]
-fn resolve_writes_what_differs_and_looks_up_what_the_cache_cannot_tell() {
+fn resolve_writes_what_differs_and_creates_or_looks_up_what_the_cache_cannot_tell() {
     let o = owner();
     let planned = plan(&base(), &o, &[variant("a", &[], 1)]);
     let p = &planned[0];
-    // not in the cache: ask the server; the server has none: write
-    assert_eq!(resolve(p, None, &o, false), Step::LookUp);
+    // not in the cache: create (a 409 then looks it up); the server has none: write
+    assert_eq!(resolve(p, None, &o, false), Step::Create);
     assert_eq!(resolve(p, None, &o, true), Step::Write);
     // ours and as declared: nothing to do, from the cache or the server
     let same = ours("a", 1);
