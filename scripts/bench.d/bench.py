@@ -10,9 +10,17 @@ Subcommands (each prints its result on stdout; errors go to stderr with a non-ze
                               Ready; print (JSON) the seconds since T0 (epoch) of the
                               milestones, also when the Deployment controller had observed
                               every Deployment; exit 3 (with the counts) after TIMEOUT s
+  gen-peer NS N V PARTS DIR   the peer's workload: N Argo Rollouts Experiments x V templates
+                              (replicas 0, no duration: they run until deleted), same files
+  converge-peer NS N V T0 TIMEOUT
+                              as converge, for the Experiments: until all N*V ReplicaSets
+                              exist and all N Experiments are Running (every template
+                              available); exit 3 after TIMEOUT s
   audit-mark FILE             print a mark (inode:size) of the API server's audit log
-  audit-count FILE MARK [END] count the operator's requests (user agent mutantops/) logged
-                              after MARK (and up to the mark END), by verb; JSON
+  audit-count FILE MARK [END [AGENT]]
+                              count the operator's requests (user agent AGENT, default
+                              mutantops/) logged after MARK (and up to the mark END), by verb;
+                              JSON
   quantiles BEFORE AFTER GROUP RESOURCE VERB...
                               estimate p50/p99 of apiserver_request_duration_seconds for the
                               verbs from two /metrics snapshots (bucket differences); JSON
@@ -93,6 +101,52 @@ def cmd_gen(ns, n, v, parts, out):
     lists = [[] for _ in range(parts)]
     for i in range(n):
         lists[i % parts].append(mutation(ns, i, v))
+    for k, items in enumerate(lists):
+        with open(os.path.join(out, f"part-{k}.json"), "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
+
+
+def experiment(ns, i, templates):
+    """The peer's counterpart of mutation(): the same pod template, one Experiment template per
+    variant, each with its own selector (an Experiment's ReplicaSets must not overlap)."""
+    name = f"e{i:04d}"
+
+    def template(j):
+        labels = {"app": name, "variant": f"v{j}"}
+        return {
+            "name": f"v{j}",
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.example/bench:1",
+                            "env": [
+                                {"name": "BENCH_BASE", "value": "1"},
+                                {"name": "BENCH_VARIANT", "value": f"v{j}"},
+                            ],
+                        }
+                    ]
+                },
+            },
+        }
+
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"templates": [template(j) for j in range(templates)]},
+    }
+
+
+def cmd_gen_peer(ns, n, v, parts, out):
+    n, v, parts = int(n), int(v), int(parts)
+    lists = [[] for _ in range(parts)]
+    for i in range(n):
+        lists[i % parts].append(experiment(ns, i, v))
     for k, items in enumerate(lists):
         with open(os.path.join(out, f"part-{k}.json"), "w") as f:
             json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
@@ -314,6 +368,72 @@ def cmd_converge(ns, n, v, t0, timeout):
             return
 
 
+def experiment_running(e, v):
+    st = e.get("status") or {}
+    templates = st.get("templateStatuses") or []
+    return st.get("phase") == "Running" and len(templates) == v and all(
+        t.get("status") == "Running" for t in templates)
+
+
+def replicaset_ok(rs):
+    """A ReplicaSet of an Experiment, with 0 replicas, seen by the ReplicaSet controller."""
+    refs = rs["metadata"].get("ownerReferences") or []
+    st = rs.get("status") or {}
+    return (any(r.get("controller") and r.get("kind") == "Experiment" for r in refs)
+            and (rs.get("spec") or {}).get("replicas") == 0
+            and (st.get("observedGeneration") or 0) >= (rs["metadata"].get("generation") or 0))
+
+
+def cmd_converge_peer(ns, n, v, t0, timeout):
+    n, v, t0, timeout = int(n), int(v), float(t0), float(timeout)
+    kube = Kube()
+    lock, changed = threading.Lock(), threading.Event()
+    sets, exps = {}, {}
+    informers = [
+        Informer(kube, f"/apis/apps/v1/namespaces/{ns}/replicasets",
+                 lambda r: sets.__setitem__(r["metadata"]["name"], replicaset_ok(r)),
+                 lambda r: sets.pop(r["metadata"]["name"], None), lock, changed),
+        Informer(kube, f"/apis/argoproj.io/v1alpha1/namespaces/{ns}/experiments",
+                 lambda e: exps.__setitem__(e["metadata"]["name"], experiment_running(e, v)),
+                 lambda e: exps.pop(e["metadata"]["name"], None), lock, changed),
+    ]
+    for inf in informers:
+        inf.start()
+    for inf in informers:
+        inf.synced.wait()
+        if inf.error:
+            die(f"watching failed: {inf.error}")
+    print("watching", flush=True)
+    t_sets = t_running = None
+    deadline = time.time() + timeout
+    while True:
+        changed.wait(timeout=1)
+        changed.clear()
+        now = time.time()
+        for inf in informers:
+            if inf.error:
+                die(f"watching failed: {inf.error}")
+        with lock:
+            n_sets = sum(1 for ok in sets.values() if ok)
+            n_running = sum(1 for ok in exps.values() if ok)
+        if t_sets is None and n_sets >= n * v:
+            t_sets = now
+        if t_running is None and n_running >= n:
+            t_running = now
+        done = t_sets is not None and t_running is not None
+        if done or now > deadline:
+            def since(t):
+                return None if t is None else round(t - t0, 2)
+            print(json.dumps({"converged": done, "replicasets": since(t_sets),
+                              "running": since(t_running), "replicasets_ok": n_sets,
+                              "experiments_running": n_running}), flush=True)
+            if not done:
+                print(f"bench.py: the peer did not converge after {timeout:.0f}s: {n_sets}/{n * v} "
+                      f"ReplicaSets, {n_running}/{n} Experiments Running", file=sys.stderr)
+                sys.exit(3)
+            return
+
+
 # --- the audit log ----------------------------------------------------------------------------
 
 
@@ -357,10 +477,11 @@ def audit_lines(path, mark, end):
             return
 
 
-def cmd_audit_count(path, mark, end=None):
+def cmd_audit_count(path, mark, end=None, agent="mutantops/"):
     verbs, lease, watches, first, last = {}, {}, 0, None, None
-    for line in audit_lines(path, mark, end):
-        if b'"userAgent":"mutantops/' not in line:
+    needle = f'"userAgent":"{agent}'.encode()
+    for line in audit_lines(path, mark, end or None):
+        if needle not in line:
             continue
         try:
             e = json.loads(line)
@@ -691,6 +812,8 @@ def cmd_perf(path):
 COMMANDS = {
     "gen": cmd_gen,
     "converge": cmd_converge,
+    "gen-peer": cmd_gen_peer,
+    "converge-peer": cmd_converge_peer,
     "audit-mark": cmd_audit_mark,
     "audit-count": cmd_audit_count,
     "quantiles": cmd_quantiles,
