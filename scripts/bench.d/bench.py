@@ -96,14 +96,19 @@ def mutation(ns, i, variants):
     }
 
 
-def cmd_gen(ns, n, v, parts, out):
+def write_parts(make, ns, n, v, parts, out):
+    """make(ns, i, v) for i < n, dealt round-robin into `parts` List files out/part-K.json."""
     n, v, parts = int(n), int(v), int(parts)
     lists = [[] for _ in range(parts)]
     for i in range(n):
-        lists[i % parts].append(mutation(ns, i, v))
+        lists[i % parts].append(make(ns, i, v))
     for k, items in enumerate(lists):
         with open(os.path.join(out, f"part-{k}.json"), "w") as f:
             json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
+
+
+def cmd_gen(ns, n, v, parts, out):
+    write_parts(mutation, ns, n, v, parts, out)
 
 
 def experiment(ns, i, templates):
@@ -143,13 +148,7 @@ def experiment(ns, i, templates):
 
 
 def cmd_gen_peer(ns, n, v, parts, out):
-    n, v, parts = int(n), int(v), int(parts)
-    lists = [[] for _ in range(parts)]
-    for i in range(n):
-        lists[i % parts].append(experiment(ns, i, v))
-    for k, items in enumerate(lists):
-        with open(os.path.join(out, f"part-{k}.json"), "w") as f:
-            json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
+    write_parts(experiment, ns, n, v, parts, out)
 
 
 # --- talking to the API server --------------------------------------------------------------
@@ -260,6 +259,36 @@ class Informer(threading.Thread):
             c.close()
 
 
+def watch_until(informers, lock, changed, timeout, counts, targets):
+    """Starts the informers; once all have listed, prints "watching" (scripts/bench then starts
+    the clock and creates the objects). Then, until each count of counts() (a dict, read under
+    the lock) has reached its target in `targets`, or `timeout` s: returns when each first
+    reached it (epoch seconds, or None) and the last counts."""
+    for inf in informers:
+        inf.start()
+    for inf in informers:
+        inf.synced.wait()
+        if inf.error:
+            die(f"watching failed: {inf.error}")
+    print("watching", flush=True)
+    reached = dict.fromkeys(targets)
+    deadline = time.time() + timeout
+    while True:
+        changed.wait(timeout=1)
+        changed.clear()
+        now = time.time()
+        for inf in informers:
+            if inf.error:
+                die(f"watching failed: {inf.error}")
+        with lock:
+            last = counts()
+        for key, want in targets.items():
+            if reached[key] is None and last[key] >= want:
+                reached[key] = now
+        if all(t is not None for t in reached.values()) or now > deadline:
+            return reached, last
+
+
 def deployment_observed(d):
     """The Deployment controller has observed the Deployment's generation and reports 0
     replicas: what the operator waits for before it calls a variant with 0 instances Ready."""
@@ -325,47 +354,29 @@ def cmd_converge(ns, n, v, t0, timeout):
             changed,
         ),
     ]
-    for inf in informers:
-        inf.start()
-    for inf in informers:
-        inf.synced.wait()
-        if inf.error:
-            die(f"watching failed: {inf.error}")
-    # Tells scripts/bench that the watches run, so it can start the clock and apply.
-    print("watching", flush=True)
-    t_deps = t_observed = t_status = None
-    deadline = time.time() + timeout
-    while True:
-        changed.wait(timeout=1)
-        changed.clear()
-        now = time.time()
-        for inf in informers:
-            if inf.error:
-                die(f"watching failed: {inf.error}")
-        with lock:
-            n_deps = sum(1 for ok, _ in deps.values() if ok)
-            n_observed = sum(1 for ok, seen in deps.values() if ok and seen)
-            n_ready = sum(1 for ok in muts.values() if ok)
-        if t_deps is None and n_deps >= n * v:
-            t_deps = now
-        if t_observed is None and n_observed >= n * v:
-            t_observed = now
-        if t_status is None and n_ready >= n:
-            t_status = now
-        done = t_deps is not None and t_status is not None and t_observed is not None
-        if done or now > deadline:
-            def since(t):
-                return None if t is None else round(t - t0, 2)
-            print(json.dumps({"converged": done, "deployments": since(t_deps),
-                              "observed": since(t_observed), "ready": since(t_status),
-                              "deployments_ok": n_deps, "deployments_observed": n_observed,
-                              "mutations_ready": n_ready}), flush=True)
-            if not done:
-                print(f"bench.py: not converged after {timeout:.0f}s: {n_deps}/{n * v} Deployments with "
-                      f"the declared spec ({n_observed} observed by the Deployment controller), "
-                      f"{n_ready}/{n} Mutations Ready", file=sys.stderr)
-                sys.exit(3)
-            return
+    reached, last = watch_until(
+        informers, lock, changed, timeout,
+        lambda: {
+            "deployments": sum(1 for ok, _ in deps.values() if ok),
+            "observed": sum(1 for ok, seen in deps.values() if ok and seen),
+            "ready": sum(1 for ok in muts.values() if ok),
+        },
+        {"deployments": n * v, "observed": n * v, "ready": n},
+    )
+    done = all(t is not None for t in reached.values())
+
+    def since(t):
+        return None if t is None else round(t - t0, 2)
+
+    print(json.dumps({"converged": done, "deployments": since(reached["deployments"]),
+                      "observed": since(reached["observed"]), "ready": since(reached["ready"]),
+                      "deployments_ok": last["deployments"], "deployments_observed": last["observed"],
+                      "mutations_ready": last["ready"]}), flush=True)
+    if not done:
+        print(f"bench.py: not converged after {timeout:.0f}s: {last['deployments']}/{n * v} Deployments "
+              f"with the declared spec ({last['observed']} observed by the Deployment controller), "
+              f"{last['ready']}/{n} Mutations Ready", file=sys.stderr)
+        sys.exit(3)
 
 
 def experiment_running(e, v):
@@ -397,41 +408,24 @@ def cmd_converge_peer(ns, n, v, t0, timeout):
                  lambda e: exps.__setitem__(e["metadata"]["name"], experiment_running(e, v)),
                  lambda e: exps.pop(e["metadata"]["name"], None), lock, changed),
     ]
-    for inf in informers:
-        inf.start()
-    for inf in informers:
-        inf.synced.wait()
-        if inf.error:
-            die(f"watching failed: {inf.error}")
-    print("watching", flush=True)
-    t_sets = t_running = None
-    deadline = time.time() + timeout
-    while True:
-        changed.wait(timeout=1)
-        changed.clear()
-        now = time.time()
-        for inf in informers:
-            if inf.error:
-                die(f"watching failed: {inf.error}")
-        with lock:
-            n_sets = sum(1 for ok in sets.values() if ok)
-            n_running = sum(1 for ok in exps.values() if ok)
-        if t_sets is None and n_sets >= n * v:
-            t_sets = now
-        if t_running is None and n_running >= n:
-            t_running = now
-        done = t_sets is not None and t_running is not None
-        if done or now > deadline:
-            def since(t):
-                return None if t is None else round(t - t0, 2)
-            print(json.dumps({"converged": done, "replicasets": since(t_sets),
-                              "running": since(t_running), "replicasets_ok": n_sets,
-                              "experiments_running": n_running}), flush=True)
-            if not done:
-                print(f"bench.py: the peer did not converge after {timeout:.0f}s: {n_sets}/{n * v} "
-                      f"ReplicaSets, {n_running}/{n} Experiments Running", file=sys.stderr)
-                sys.exit(3)
-            return
+    reached, last = watch_until(
+        informers, lock, changed, timeout,
+        lambda: {"replicasets": sum(1 for ok in sets.values() if ok),
+                 "running": sum(1 for ok in exps.values() if ok)},
+        {"replicasets": n * v, "running": n},
+    )
+    done = all(t is not None for t in reached.values())
+
+    def since(t):
+        return None if t is None else round(t - t0, 2)
+
+    print(json.dumps({"converged": done, "replicasets": since(reached["replicasets"]),
+                      "running": since(reached["running"]), "replicasets_ok": last["replicasets"],
+                      "experiments_running": last["running"]}), flush=True)
+    if not done:
+        print(f"bench.py: the peer did not converge after {timeout:.0f}s: {last['replicasets']}/{n * v} "
+              f"ReplicaSets, {last['running']}/{n} Experiments Running", file=sys.stderr)
+        sys.exit(3)
 
 
 # --- the audit log ----------------------------------------------------------------------------
