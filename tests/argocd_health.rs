@@ -273,6 +273,37 @@ fn all_variants_ready_is_healthy_with_the_summary() {
     assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
 }
 
+/// Issue 15: a status written for an older spec says nothing of the latest one, however ready
+/// its variants were: Argo CD must not call a sync healthy before the operator has acted.
+#[test]
+fn a_status_of_an_older_generation_is_progressing() {
+    let mut m = mutation(
+        Some(vec![
+            variant("alpha", VariantState::Ready, None),
+            variant("beta", VariantState::Ready, None),
+        ]),
+        None,
+    );
+    m.metadata.generation = Some(4);
+    assert_eq!(
+        health(&m),
+        expect(
+            "Progressing",
+            "Waiting for the operator to act on generation 4"
+        )
+    );
+    // Without observedGeneration (an operator that never reported it) the same holds.
+    if let Some(status) = m.status.as_mut() {
+        status.observed_generation = None;
+    }
+    assert_eq!(health(&m).status, "Progressing");
+    // Caught up: healthy again.
+    if let Some(status) = m.status.as_mut() {
+        status.observed_generation = Some(4);
+    }
+    assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
+}
+
 #[test]
 fn no_variants_is_healthy() {
     let m = mutation(Some(vec![]), None);

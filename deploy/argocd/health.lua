@@ -1,5 +1,12 @@
 hs = { status = "Progressing", message = "Waiting for the operator" }
+local generation = obj.metadata and obj.metadata.generation
 if obj.status ~= nil and obj.status.variants ~= nil then
+  local observed = obj.status.observedGeneration
+  if generation ~= nil and (observed == nil or observed < generation) then
+    -- The status is of an older spec: the operator has not acted on the latest one yet.
+    hs.message = "Waiting for the operator to act on generation " .. generation
+    return hs
+  end
   hs.status = "Healthy"
   hs.message = obj.status.summary
   for _, v in ipairs(obj.status.variants) do
