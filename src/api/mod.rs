@@ -22,7 +22,7 @@ use hyper::{Request, Response, StatusCode, body::Incoming};
 
 use crate::{
     http::{self, Body},
-    variant::validate_label,
+    variant::{validate_label, validate_name},
 };
 use auth::Caller;
 use body::read_json;
@@ -100,16 +100,18 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
     }
 }
 
-/// Path parameters are Kubernetes names, checked before anything else is done with them.
+/// Path parameters are Kubernetes names, checked before anything else is done with them: the
+/// namespace and the variant label are DNS-1123 labels, the Mutation's name a DNS-1123
+/// subdomain (dots allowed), as Kubernetes has them.
 fn check_names(params: &Params<'_>) -> Result<(), ApiError> {
-    let check = |what: &str, value: Option<&str>| match value {
-        Some(value) => validate_label(value)
-            .map_err(|e| ApiError::bad_request(format!("{what} in the path: {e}"))),
-        None => Ok(()),
+    let check = |what: &str, value: Option<&str>, rule: fn(&str) -> Result<(), String>| {
+        value.map_or(Ok(()), |value| {
+            rule(value).map_err(|e| ApiError::bad_request(format!("{what} in the path: {e}")))
+        })
     };
-    check("namespace", Some(params.ns))?;
-    check("mutation name", params.name)?;
-    check("variant label", params.label)
+    check("namespace", Some(params.ns), validate_label)?;
+    check("mutation name", params.name, validate_name)?;
+    check("variant label", params.label, validate_label)
 }
 
 /// Serves the API on `listener` until `shutdown`.
@@ -138,5 +140,12 @@ mod tests {
         assert!(check_names(&p("ns", Some("web%2F"), None)).is_err());
         assert!(check_names(&p("ns", Some("web"), Some("-x"))).is_err());
         assert!(check_names(&p("ns", Some("web"), Some("beta"))).is_ok());
+        // Issue 15: a Mutation's name is a DNS-1123 subdomain, dots allowed; labels are not.
+        assert!(check_names(&p("ns", Some("web.v2"), Some("beta"))).is_ok());
+        assert!(check_names(&p("ns", Some("web.v2"), Some("b.eta"))).is_err());
+        assert!(check_names(&p("n.s", Some("web"), None)).is_err());
+        assert!(check_names(&p("ns", Some("web..v2"), None)).is_err());
+        let long = "a".repeat(254);
+        assert!(check_names(&p("ns", Some(long.as_str()), None)).is_err());
     }
 }

@@ -18,7 +18,7 @@ use crate::{
     cache::{CacheState, Caches},
     crd::{EmbeddedJson, Mutation, MutationSpec, Variant},
     http,
-    variant::{Base, validate_label, validate_variants},
+    variant::{Base, validate_name, validate_variants},
 };
 
 /// How long creating a Mutation waits for the controller to report its Secret.
@@ -47,7 +47,7 @@ pub fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult
 /// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants}`: 201, 400 when
 /// invalid, 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
-    validate_label(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
+    validate_name(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
     let base = Base::parse(&body.deployment).map_err(ApiError::bad_request)?;
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
     validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;

@@ -42,6 +42,16 @@ pub fn validate_label(label: &str) -> Result<(), String> {
     }
 }
 
+/// Checks an object name (a Mutation's): a DNS-1123 subdomain, as Kubernetes allows for
+/// custom resources, dots included.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if is_dns1123_subdomain(name) {
+        Ok(())
+    } else {
+        Err(format!("name {name:?}: {SUBDOMAIN_RULE}"))
+    }
+}
+
 /// Checks an environment variable name (R8) with Kubernetes' classic rule
 /// `[-._a-zA-Z][-._a-zA-Z0-9]*`.
 pub fn validate_env_name(name: &str) -> Result<(), String> {
