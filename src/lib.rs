@@ -76,6 +76,29 @@ impl From<kube::Error> for Error {
     }
 }
 
+/// Whether the API server's answer is one a controller meets in normal operation rather than a
+/// fault: the object is gone (404, deleted while it was being reconciled) or its namespace is
+/// being deleted (403 with cause `NamespaceTerminating`). Recognised by code and cause, never
+/// by message text. Such failures are logged at info, not warn.
+pub fn expected_api_error(err: &kube::Error) -> bool {
+    let kube::Error::Api(status) = err else {
+        return false;
+    };
+    status.code == 404
+        || (status.code == 403
+            && status
+                .details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+}
+
+impl Error {
+    /// See [`expected_api_error`].
+    pub fn is_expected(&self) -> bool {
+        matches!(self, Error::Kube(err) if expected_api_error(err))
+    }
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -97,6 +120,27 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gone_objects_and_terminating_namespaces_are_expected() {
+        let status = |code: u16, cause: Option<&str>| {
+            let mut s = serde_json::json!({
+                "status": "Failure", "message": "message text is never read",
+                "reason": "Whatever", "code": code,
+            });
+            if let Some(reason) = cause {
+                s["details"] = serde_json::json!({"causes": [{"reason": reason}]});
+            }
+            let s: kube::core::Status = serde_json::from_value(s).unwrap_or_default();
+            Error::Kube(kube::Error::Api(Box::new(s)))
+        };
+        assert!(status(404, None).is_expected());
+        assert!(status(403, Some("NamespaceTerminating")).is_expected());
+        assert!(!status(403, None).is_expected(), "RBAC refusals are faults");
+        assert!(!status(409, None).is_expected());
+        assert!(!status(500, Some("NamespaceTerminating")).is_expected());
+        assert!(!Error::Config("x".into()).is_expected());
+    }
 
     #[test]
     fn error_chain_joins_causes() {

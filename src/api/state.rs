@@ -128,6 +128,16 @@ impl From<kube::Error> for ApiError {
             }
             kube::Error::Api(status) if status.code == 404 => ApiError::not_found(status.message),
             kube::Error::Api(status) if status.code == 409 => ApiError::conflict(status.message),
+            // The namespace is being deleted: the request conflicts with that, and it is no
+            // fault of the operator's or the server's.
+            err @ kube::Error::Api(_) if crate::expected_api_error(&err) => {
+                let message = match &err {
+                    kube::Error::Api(status) => status.message.clone(),
+                    _ => String::new(),
+                };
+                tracing::info!(message, "the namespace is being deleted");
+                ApiError::conflict(message)
+            }
             kube::Error::Api(status) => {
                 tracing::warn!(code = status.code, message = %status.message, "kubernetes api error");
                 ApiError::new(

@@ -72,8 +72,15 @@ impl Events {
         );
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        if let Err(err) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, error = %crate::error_chain(&err), "could not publish an Event");
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => {}
+            // The namespace is being deleted: nobody will read the Event.
+            Err(err) if crate::expected_api_error(&err) => {
+                tracing::debug!(reason, error = %crate::error_chain(&err), "Event not published");
+            }
+            Err(err) => {
+                tracing::warn!(reason, error = %crate::error_chain(&err), "could not publish an Event");
+            }
         }
     }
 }

@@ -135,7 +135,13 @@ where
                             _ => "runner",
                         };
                         metrics.controller_error(K::KIND, label);
-                        tracing::warn!(kind, error = %crate::error_chain(&err), "controller error");
+                        let error = crate::error_chain(&err);
+                        if matches!(err, kube::runtime::controller::Error::ObjectNotFound(_)) {
+                            // An event for an owner deleted meanwhile: nothing to reconcile.
+                            tracing::debug!(kind, error, "owner gone before its reconcile");
+                        } else {
+                            tracing::warn!(kind, error, "controller error");
+                        }
                     }
                 }
             }
@@ -175,15 +181,29 @@ async fn timed_reconcile<K: OwnerResource>(
     result
 }
 
-/// A failed reconcile is logged and retried after [`RETRY_AFTER`].
+/// A failed reconcile is logged and retried after [`RETRY_AFTER`]: at warn, unless the failure
+/// is expected ([`Error::is_expected`]: the object or its namespace is being deleted), which
+/// is logged at info.
 fn error_policy<K: OwnerResource>(obj: Arc<K>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(
-        kind = K::KIND.kind(),
-        namespace = obj.namespace().unwrap_or_default(),
-        name = obj.name_any(),
-        error = %crate::error_chain(err),
-        "reconcile failed; retrying in 10s"
-    );
+    let (kind, namespace, name) = (K::KIND.kind(), obj.namespace(), obj.name_any());
+    let error = crate::error_chain(err);
+    if err.is_expected() {
+        tracing::info!(
+            kind,
+            namespace,
+            name,
+            error,
+            "reconcile stopped: the object or its namespace is going away; retrying in 10s"
+        );
+    } else {
+        tracing::warn!(
+            kind,
+            namespace,
+            name,
+            error,
+            "reconcile failed; retrying in 10s"
+        );
+    }
     Action::requeue(RETRY_AFTER)
 }
 

@@ -214,3 +214,100 @@ async fn bad_input_is_refused_and_changes_nothing() {
         "a stalled request head must be cut off by the server"
     );
 }
+
+/// Issue 15: a Mutation's name is a DNS-1123 subdomain, as Kubernetes allows: one named with
+/// dots is created, read and edited through the API, with the admin token and its own.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_mutation_named_with_dots_is_reachable() {
+    let f = Fixture::with_api("api-dots").await;
+    let create = json!({"name": "web.v2", "deployment": base("web"), "variants": [{"label": "a", "instances": 0}]});
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let read = f.call("GET", "/mutations/web.v2", Some(ADMIN), None).await;
+    assert_eq!(read.status, 200, "{read:?}");
+    assert_eq!(read.json()["name"], "web.v2");
+
+    let token = f.token("web.v2").await;
+    let added = f
+        .call(
+            "POST",
+            "/mutations/web.v2/variants",
+            Some(&token),
+            Some(&json!({"label": "b", "instances": 0})),
+        )
+        .await;
+    assert_eq!(added.status, 201, "{added:?}");
+    let variant = f
+        .call("GET", "/mutations/web.v2/variants/b", Some(&token), None)
+        .await;
+    assert_eq!(variant.status, 200, "{variant:?}");
+    f.wait_deployment("web-b", "created", |_| true).await;
+
+    // Not a subdomain: still 400.
+    let bad = f.call("GET", "/mutations/web..v2", Some(ADMIN), None).await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+}
+
+/// Issue 15: a namespace being deleted is part of normal operation. A create in it answers 409
+/// with the API server's reason (not 502), and the request is not logged as a failure at warn.
+/// A ConfigMap with a finalizer of the test's holds the namespace in Terminating meanwhile.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_terminating_namespace_is_a_conflict_not_a_fault() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    let f = Fixture::with_api("api-term").await;
+    let holds: Api<ConfigMap> = f.ns.api();
+    let hold: ConfigMap = common::from_json(json!({
+        "metadata": {"name": "hold", "finalizers": ["mutantops.neiam.org/test-hold"]}
+    }));
+    holds.create(&PostParams::default(), &hold).await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(f.ns.client.clone());
+    namespaces
+        .delete(&f.ns.name, &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for("the namespace to be Terminating", CONVERGE, || async {
+        let ns = namespaces
+            .get(&f.ns.name)
+            .await
+            .map_err(|e| e.to_string())?;
+        match ns.status.and_then(|s| s.phase).as_deref() {
+            Some("Terminating") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let create = json!({"name": "late", "deployment": base("web"), "variants": [{"label": "a"}]});
+    let reply = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    // Let the namespace go before asserting, so a failure leaves nothing behind.
+    holds
+        .patch(
+            "hold",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 409, "{reply:?}");
+    assert!(
+        reply.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("being terminated")),
+        "{reply:?}"
+    );
+    let log = f.operator.log_text();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains("WARN") && (l.contains("method=POST") || l.contains("kubernetes api"))
+        })
+        .collect();
+    assert!(warned.is_empty(), "{warned:#?}");
+}
