@@ -223,7 +223,19 @@ impl Planned {
             .find(|r| r.controller == Some(true))
             .map_or_else(
                 || "has no controller".to_owned(),
-                |r| format!("is controlled by {} {:?}", r.kind, r.name),
+                |r| {
+                    if r.kind == owner.kind.kind() && r.name == owner.name {
+                        // Deleted and created again: the old one's Deployments await the
+                        // garbage collector, after which this variant is applied.
+                        format!(
+                            "is controlled by an earlier {} {:?} (uid {}), until the garbage \
+                             collector removes it",
+                            r.kind, r.name, r.uid
+                        )
+                    } else {
+                        format!("is controlled by {} {:?}", r.kind, r.name)
+                    }
+                },
             );
         Planned::Conflict {
             label: label.clone(),

@@ -46,10 +46,12 @@ pub fn summary(statuses: &[VariantStatus]) -> String {
     format!("{ready}/{} variants ready", statuses.len())
 }
 
-/// The standard `Ready` condition (R11). True when there is no base error and every variant
-/// that is neither Invalid nor Conflict is Ready (also with no such variant), else False.
-/// Reason `InvalidBase` (message: the base error), `AllVariantsReady` or `VariantsProgressing`
-/// (message: the summary, with the number of invalid and conflicting variants if any).
+/// The standard `Ready` condition (R11). True exactly when the summary is `N/N`: no base error
+/// and every declared variant Ready (also with no variant), so `kubectl wait
+/// --for=condition=Ready` and `READY` never disagree. Else False, with reason `InvalidBase`
+/// (message: the base error), `VariantsNotApplied` when a variant is Invalid or in Conflict,
+/// or `VariantsProgressing`; the message is the summary, with the number of invalid and
+/// conflicting variants if any. `AllVariantsReady` when True.
 /// `lastTransitionTime` is kept from `previous` when the status did not change, so an
 /// unchanged condition serializes byte-identically and no status write is needed (R12).
 pub fn ready_condition(
@@ -67,11 +69,11 @@ pub fn ready_condition(
             let mut message = summary(statuses);
             if invalid + conflict > 0 {
                 message = format!("{message} ({invalid} invalid, {conflict} in conflict)");
-            }
-            if count(VariantState::Progressing) == 0 {
-                ("True", "AllVariantsReady", message)
-            } else {
+                ("False", "VariantsNotApplied", message)
+            } else if count(VariantState::Progressing) > 0 {
                 ("False", "VariantsProgressing", message)
+            } else {
+                ("True", "AllVariantsReady", message)
             }
         }
     };

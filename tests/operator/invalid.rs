@@ -31,8 +31,15 @@ async fn invalid_variants_are_reported_and_the_others_run() {
         assert!(v.message.as_deref().unwrap_or("").contains(needle), "{v:?}");
     }
     assert_eq!(status.summary, "1/4 variants ready");
-    // R11: Ready counts only valid variants.
-    assert_eq!(status.conditions[0].status, "True");
+    // R11, issue 15: the Ready condition agrees with the summary: variants not applied keep
+    // it False, so `kubectl wait --for=condition=Ready` does not pass at 1/4.
+    assert_eq!(
+        (
+            status.conditions[0].status.as_str(),
+            status.conditions[0].reason.as_str()
+        ),
+        ("False", "VariantsNotApplied")
+    );
     for name in ["web-badenv", "web-negative"] {
         assert!(
             f.deployments().get_opt(name).await.unwrap().is_none(),

@@ -1,7 +1,7 @@
 //! Generated Deployments follow their owner: hand edits and deletes are put back, and owners
 //! of the two kinds with the same name never touch each other's Deployments.
 
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::*;
@@ -95,6 +95,100 @@ async fn what_a_variant_no_longer_declares_is_removed() {
     assert!(env_of(&changed).contains(&("MODE".into(), "variant".into())));
     assert_eq!(changed.uid(), created.uid(), "changed in place");
     assert_eq!(entries(&changed), ["Some(\"Apply\")/None"]);
+}
+
+/// Issue 15: a Mutation deleted and at once created again under the same name, while the old
+/// one's Deployments still await garbage collection, is never Ready through them: each status
+/// seen with `Ready=True` reads "2/2 variants ready", and both Deployments are then controlled
+/// by the new Mutation's uid.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_recreated_owner_is_ready_only_through_its_own_deployments() {
+    let f = Fixture::new("ctl-again").await;
+    let two = json!([{ "label": "a", "instances": 0 }, { "label": "b", "instances": 0 }]);
+    f.apply::<Mutation>(&mutation("again", base("web"), two.clone()))
+        .await;
+    f.wait_status::<Mutation>("again", "2/2", |s| s.summary == "2/2 variants ready")
+        .await;
+    // A finalizer of the test's keeps the old web-a after the garbage collector deletes it,
+    // so the new Mutation surely meets it.
+    let hold =
+        |finalizers: Value| Patch::Merge(json!({ "metadata": { "finalizers": finalizers } }));
+    f.deployments()
+        .patch(
+            "web-a",
+            &PatchParams::default(),
+            &hold(json!(["mutantops.neiam.org/test-hold"])),
+        )
+        .await
+        .unwrap();
+    f.mutations()
+        .delete("again", &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for("the old Mutation to be gone", CONVERGE, || async {
+        match f.mutations().get_opt("again").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    f.apply::<Mutation>(&mutation("again", base("web"), two))
+        .await;
+    let uid = f.mutations().get("again").await.unwrap().uid().unwrap();
+    let held = f
+        .wait_status::<Mutation>("again", "a in conflict", |s| {
+            s.variants.first().map(|v| v.state) == Some(VariantState::Conflict)
+        })
+        .await;
+    assert_eq!(
+        (held.summary.as_str(), held.conditions[0].status.as_str()),
+        ("1/2 variants ready", "False"),
+        "{held:?}"
+    );
+    f.deployments()
+        .patch("web-a", &PatchParams::default(), &hold(Value::Null))
+        .await
+        .unwrap();
+
+    let deadline = std::time::Instant::now() + CONVERGE;
+    let mut seen = Vec::new();
+    loop {
+        let m = f.mutations().get("again").await.unwrap();
+        if let Some(status) = m.status.as_ref()
+            && status.observed_generation == m.metadata.generation
+        {
+            let ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            seen.push(format!("{} ready={ready}", status.summary));
+            if ready {
+                assert_eq!(status.summary, "2/2 variants ready", "{seen:?}");
+                for name in ["web-a", "web-b"] {
+                    let d = f.deployments().get(name).await.unwrap();
+                    let controller = d
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|r| r.controller == Some(true))
+                        .map(|r| r.uid.clone());
+                    assert_eq!(
+                        controller.as_deref(),
+                        Some(uid.as_str()),
+                        "{name}: {seen:?}"
+                    );
+                }
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never Ready: {seen:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// R6: a MutantDeployment and a Mutation with the same name in one namespace never prune each

@@ -230,6 +230,13 @@ fn an_existing_deployment_we_do_not_control_is_a_conflict() {
                 .into(),
         }
     );
+    // An earlier owner of the same kind and name (deleted, its Deployments not yet collected).
+    let earlier = meta(&[], Some(("Mutation", "snap", "uid-0")));
+    assert!(matches!(
+        apply().check_existing(Some(&earlier), &o),
+        Planned::Conflict { message, .. }
+            if message.contains("an earlier Mutation \"snap\" (uid uid-0)")
+    ));
     let orphan = apply().check_existing(Some(&meta(&[], None)), &o);
     assert!(
         matches!(orphan, Planned::Conflict { message, .. } if message.contains("has no controller"))

@@ -112,6 +112,20 @@ fn summary_counts_every_declared_variant() {
 #[test]
 fn ready_condition_reasons() {
     use VariantState::*;
+    let all = ready_condition(&[vs("a", Ready), vs("b", Ready)], None, Some(7), None, "t1");
+    assert_eq!(
+        (all.type_.as_str(), all.status.as_str(), all.reason.as_str()),
+        ("Ready", "True", "AllVariantsReady")
+    );
+    assert_eq!(all.message, "2/2 variants ready");
+    assert_eq!(
+        (all.last_transition_time.as_str(), all.observed_generation),
+        ("t1", Some(7))
+    );
+    assert_eq!(ready_condition(&[], None, None, None, "t1").status, "True");
+    // Issue 15: the condition agrees with the summary; a variant that is not applied (Invalid,
+    // or in Conflict, e.g. with the Deployment of a deleted owner of the same name still
+    // there) is not Ready, so neither is the owner.
     let c = ready_condition(
         &[vs("a", Ready), vs("b", Invalid)],
         None,
@@ -120,16 +134,15 @@ fn ready_condition_reasons() {
         "t1",
     );
     assert_eq!(
-        (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
-        ("Ready", "True", "AllVariantsReady")
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "VariantsNotApplied")
     );
     assert_eq!(c.message, "1/2 variants ready (1 invalid, 0 in conflict)");
-    assert_eq!(
-        (c.last_transition_time.as_str(), c.observed_generation),
-        ("t1", Some(7))
-    );
     let none = ready_condition(&[vs("a", Conflict)], None, None, None, "t1");
-    assert_eq!(none.status, "True");
+    assert_eq!(
+        (none.status.as_str(), none.message.as_str()),
+        ("False", "0/1 variants ready (0 invalid, 1 in conflict)")
+    );
     let p = ready_condition(
         &[vs("a", Ready), vs("b", Progressing)],
         None,
