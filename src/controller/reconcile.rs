@@ -14,12 +14,10 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::{
-    api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::ObjectMeta, jiff::Timestamp,
-};
+use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
-    Api, Resource,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    Api,
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
     runtime::controller::Action,
 };
 use serde_json::json;
@@ -28,10 +26,11 @@ use super::{
     Context, RESYNC_AFTER,
     events::EventType,
     secret::{self, SecretState},
+    write::{self, WriteError},
 };
 use crate::{
     Error, Result,
-    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantStatus},
+    crd::{OwnerKind, OwnerResource, OwnerStatus, Variant, VariantStatus},
     variant::{self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Step},
 };
 
@@ -52,7 +51,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
-            match converge(&ctx, &owner, obj.as_ref(), planned, &observed).await? {
+            match converge(&ctx, &owner, obj.as_ref(), &parsed, planned, &observed).await? {
                 Converged::Applied(variants, new) => {
                     created = new;
                     (variants, None)
@@ -144,13 +143,13 @@ async fn converge<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
+    base: &Base,
     planned: Vec<Planned>,
     observed: &[Arc<ObservedDeployment>],
 ) -> Result<Converged> {
     let api: Api<ObservedDeployment> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let mut statuses = Vec::with_capacity(planned.len());
     let mut created = Vec::new();
-    let mut applied_any = false;
     let mut declared = BTreeSet::new();
 
     for mut planned in planned {
@@ -163,7 +162,7 @@ async fn converge<K: OwnerResource>(
         let mut step = variant::resolve(&planned, current.as_deref(), owner, false);
         let mut written = Ok(None);
         if let (Step::Create, Planned::Apply { object, .. }) = (step, &planned) {
-            written = create(ctx, &owner.namespace, object).await.map(Some);
+            written = write::create(ctx, &owner.namespace, object).await.map(Some);
             if let Err(WriteError::Refused(status)) = &written
                 && status.reason == "AlreadyExists"
             {
@@ -178,7 +177,7 @@ async fn converge<K: OwnerResource>(
             step = variant::resolve(&planned, current.as_deref(), owner, true);
         }
         if let (Step::Write, Planned::Apply { name, object, .. }) = (step, &planned) {
-            written = apply(ctx, &api, name, object, current.as_deref())
+            written = write::apply(ctx, &api, name, object, current.as_deref())
                 .await
                 .map(Some);
         }
@@ -191,18 +190,28 @@ async fn converge<K: OwnerResource>(
                     created.push((label.clone(), name.clone()));
                 }
                 current = Some(Arc::new(deployment));
-                applied_any = true;
             }
-            // The server refuses what every variant is built from: the base.
-            Err(WriteError::Refused(status)) if rejected(&status) && !applied_any => {
-                return Ok(Converged::BaseRejected(status.message.clone()));
-            }
-            Err(WriteError::Refused(status)) if rejected(&status) => {
-                let message = format!("rejected by the API server: {}", status.message);
+            Err(WriteError::Refused(status)) => {
+                let Planned::Apply { label, object, .. } = &planned else {
+                    return Err(kube::Error::Api(status).into());
+                };
+                let message = write::rejection(ctx, &owner.namespace, object, status).await?;
+                // Whose fault: the same variant without its own env, at 0 instances, is the
+                // base alone. When the server refuses that too, the base is at fault (R10):
+                // nothing is applied or pruned.
+                let alone = Variant {
+                    label: label.clone(),
+                    env: Default::default(),
+                    instances: 0,
+                };
+                let bare = variant::build(base, owner, &alone);
+                if let Some(reason) = write::refusal(ctx, &owner.namespace, &bare).await {
+                    return Ok(Converged::BaseRejected(reason));
+                }
+                let message = format!("rejected by the API server: {message}");
                 statuses.push(planned.into_invalid(message).status(None));
                 continue;
             }
-            Err(WriteError::Refused(status)) => return Err(kube::Error::Api(status).into()),
             Err(WriteError::Failed(err)) => return Err(err),
         }
         let own = current
@@ -214,95 +223,6 @@ async fn converge<K: OwnerResource>(
     let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
     prune(ctx, owner, obj, &api, stale).await?;
     Ok(Converged::Applied(statuses, created))
-}
-
-/// Why a write of a variant's Deployment failed.
-enum WriteError {
-    /// The API server answered with an error status for the write itself.
-    Refused(Box<kube::core::Status>),
-    /// Anything else: the connection, or the step before the write.
-    Failed(Error),
-}
-
-impl From<kube::Error> for WriteError {
-    fn from(err: kube::Error) -> Self {
-        match err {
-            kube::Error::Api(status) => WriteError::Refused(status),
-            err => WriteError::Failed(err.into()),
-        }
-    }
-}
-
-/// Creates a variant's Deployment with a POST under the operator's field manager. Its fields
-/// are then recorded under an `Update` entry, which [`apply`] hands over to server-side apply
-/// before it first applies over the Deployment.
-async fn create(
-    ctx: &Context,
-    namespace: &str,
-    object: &serde_json::Value,
-) -> std::result::Result<ObservedDeployment, WriteError> {
-    let body = serde_json::to_vec(object)
-        .map_err(|e| WriteError::Failed(Error::Serialize(e.to_string())))?;
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PostParams::default()
-    };
-    let request = kube::core::Request::new(ObservedDeployment::url_path(&(), Some(namespace)))
-        .create(&params, body)
-        .map_err(|e| WriteError::Failed(kube::Error::BuildRequest(e).into()))?;
-    Ok(ctx.client.request(request).await?)
-}
-
-/// Server-side applies a variant's Deployment over `current` (forced: the operator owns these
-/// fields, R5). A Deployment the operator created with a POST first has its `Update` entry
-/// made the `Apply` one ([`variant::CreatedEntry`]), so that a field no longer declared is
-/// removed by this apply; the entry is guarded, and a Deployment changed meanwhile fails the
-/// reconcile, to be retried over the newer one.
-async fn apply(
-    ctx: &Context,
-    api: &Api<ObservedDeployment>,
-    name: &str,
-    object: &serde_json::Value,
-    current: Option<&ObservedDeployment>,
-) -> std::result::Result<ObservedDeployment, WriteError> {
-    if let Some(current) = current
-        && let Some(entry) = current.created_entry
-    {
-        let resource_version = current
-            .metadata
-            .resource_version
-            .as_deref()
-            .unwrap_or_default();
-        hand_over(
-            ctx,
-            &current.metadata,
-            entry.handover_patch(resource_version),
-        )
-        .await
-        .map_err(|e| WriteError::Failed(e.into()))?;
-    }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    Ok(api.patch(name, &params, &Patch::Apply(object)).await?)
-}
-
-/// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`].
-async fn hand_over(
-    ctx: &Context,
-    meta: &ObjectMeta,
-    patch: serde_json::Value,
-) -> std::result::Result<(), kube::Error> {
-    let url = format!(
-        "{}/{}?fieldManager={FIELD_MANAGER}",
-        ObservedDeployment::url_path(&(), meta.namespace.as_deref()),
-        meta.name.as_deref().unwrap_or_default(),
-    );
-    let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
-    let request = hyper::Request::patch(url)
-        .header(hyper::header::CONTENT_TYPE, "application/json-patch+json")
-        .body(body)
-        .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
-    ctx.client.request::<serde::de::IgnoredAny>(request).await?;
-    Ok(())
 }
 
 /// Deletes `stale` Deployments (R6), each with a uid precondition so a Deployment re-created
@@ -434,16 +354,4 @@ async fn publish<K: OwnerResource>(
     ctx.events
         .publish(obj.object_ref(&()), type_, reason, note, related)
         .await;
-}
-
-/// Whether the API server refused the object itself, so that retrying cannot help: 422
-/// (invalid), or the 500 that server-side apply answers for a field the Deployment schema does
-/// not declare ("failed to create typed patch object (...): ...: field not declared in
-/// schema"), whatever the field validation asked for.
-fn rejected(status: &kube::core::Status) -> bool {
-    status.code == 422
-        || (status.code == 500
-            && status
-                .message
-                .starts_with("failed to create typed patch object"))
 }

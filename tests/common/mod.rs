@@ -81,26 +81,71 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = std::mem::take(&mut self.name);
-        // Drop cannot await, and the test's own client cannot be used here: its connection
-        // tasks live on the test's runtime, which this blocks. A short-lived runtime on its own
-        // thread, with a client of its own, does the delete.
-        let done = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(runtime) = runtime {
-                runtime.block_on(async move {
-                    let Ok(client) = Client::try_default().await else {
-                        return;
-                    };
-                    let api = Api::<Namespace>::all(client);
-                    if let Err(err) = api.delete(&name, &DeleteParams::background()).await {
-                        eprintln!("warning: deleting test namespace {name}: {err}");
-                    }
-                });
-            }
-        });
-        let _ = done.join();
+        delete_on_drop::<Namespace>(name);
+    }
+}
+
+/// Deletes cluster-scoped object `name` of kind `K` from a `Drop`, so a test leaves the
+/// cluster as it found it even when it fails. Drop cannot await, and the test's own client
+/// cannot be used here: its connection tasks live on the test's runtime, which this blocks. A
+/// short-lived runtime on its own thread, with a client of its own, does the delete.
+pub fn delete_on_drop<K: ClusterKind>(name: String) {
+    let done = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(runtime) = runtime {
+            runtime.block_on(async move {
+                let Ok(client) = Client::try_default().await else {
+                    return;
+                };
+                match Api::<K>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(err) => eprintln!("warning: deleting {} {name}: {err}", K::kind(&())),
+                    Ok(_) => {}
+                }
+            });
+        }
+    });
+    let _ = done.join();
+}
+
+/// A cluster-scoped kind a test creates objects of.
+pub trait ClusterKind:
+    kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + 'static
+{
+}
+
+impl<K> ClusterKind for K where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static
+{
+}
+
+/// Deletes the cluster-scoped object it names when dropped ([`delete_on_drop`]).
+pub struct RemoveOnDrop<K: ClusterKind>(String, std::marker::PhantomData<K>);
+
+impl<K: ClusterKind> RemoveOnDrop<K> {
+    pub fn new(name: &str) -> Self {
+        RemoveOnDrop(name.to_owned(), std::marker::PhantomData)
+    }
+}
+
+impl<K: ClusterKind> Drop for RemoveOnDrop<K> {
+    fn drop(&mut self) {
+        delete_on_drop::<K>(std::mem::take(&mut self.0));
     }
 }
 

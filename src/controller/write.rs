@@ -1,0 +1,154 @@
+//! Step 4's writes of a variant's Deployment: create with a POST, server-side apply over an
+//! existing one, and telling a refusal of the object itself (not worth retrying) from a
+//! failure of the server or the network, by the answer's code, never by its text.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{
+    Api, Resource,
+    api::{Patch, PatchParams},
+};
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde_json::Value;
+
+use super::Context;
+use crate::{
+    Error,
+    variant::{FIELD_MANAGER, ObservedDeployment},
+};
+
+/// Why a write of a variant's Deployment failed.
+pub(super) enum WriteError {
+    /// The API server answered with an error status for the write itself.
+    Refused(Box<kube::core::Status>),
+    /// Anything else: the connection, or the step before the write.
+    Failed(Error),
+}
+
+impl From<kube::Error> for WriteError {
+    fn from(err: kube::Error) -> Self {
+        match err {
+            kube::Error::Api(status) => WriteError::Refused(status),
+            err => WriteError::Failed(err.into()),
+        }
+    }
+}
+
+/// Creates a variant's Deployment with a POST under the operator's field manager, with strict
+/// field validation (an undeclared field is refused with 400, not dropped). Its fields are
+/// then recorded under an `Update` entry, which [`apply`] hands over to server-side apply
+/// before it first applies over the Deployment.
+pub(super) async fn create(
+    ctx: &Context,
+    namespace: &str,
+    object: &Value,
+) -> Result<ObservedDeployment, WriteError> {
+    Ok(post(ctx, namespace, object, false).await?)
+}
+
+/// POSTs `object` to the namespace's Deployments (strict field validation; `dry_run`: the
+/// server checks it and writes nothing).
+async fn post<T: DeserializeOwned>(
+    ctx: &Context,
+    namespace: &str,
+    object: &Value,
+    dry_run: bool,
+) -> Result<T, kube::Error> {
+    let url = format!(
+        "{}?fieldManager={FIELD_MANAGER}&fieldValidation=Strict{}",
+        ObservedDeployment::url_path(&(), Some(namespace)),
+        if dry_run { "&dryRun=All" } else { "" },
+    );
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let request = hyper::Request::post(url)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
+    ctx.client.request(request).await
+}
+
+/// Whether the API server refuses `object` itself, asked without writing anything: a dry-run
+/// create with strict field validation. 400 or 422 is a refusal (with the server's message);
+/// success, or 409 for a name already taken, is acceptance (validation comes first); anything
+/// else says nothing (`None`).
+pub(super) async fn refusal(ctx: &Context, namespace: &str, object: &Value) -> Option<String> {
+    match post::<IgnoredAny>(ctx, namespace, object, true).await {
+        Err(kube::Error::Api(status)) if refused(&status) => Some(status.message),
+        _ => None,
+    }
+}
+
+/// 400 (bad request: a field the schema does not declare, with strict validation) or 422
+/// (invalid): the object itself is refused.
+fn refused(status: &kube::core::Status) -> bool {
+    status.code == 400 || status.code == 422
+}
+
+/// What a refused write of `object` means: `Ok(message)` when the server refuses the object
+/// itself, so that retrying cannot help; `Err` when it may be the server's or the network's
+/// failure, to retry. A 400 or 422 is the object's; so is a 5xx that a dry-run create of the
+/// same object answers with 400 or 422 (server-side apply answers 500 for a field the schema
+/// does not declare, whatever the field validation asked for).
+pub(super) async fn rejection(
+    ctx: &Context,
+    namespace: &str,
+    object: &Value,
+    status: Box<kube::core::Status>,
+) -> Result<String, Error> {
+    if refused(&status) {
+        return Ok(status.message);
+    }
+    if status.code >= 500
+        && let Some(message) = refusal(ctx, namespace, object).await
+    {
+        return Ok(message);
+    }
+    Err(kube::Error::Api(status).into())
+}
+
+/// Server-side applies a variant's Deployment over `current` (forced: the operator owns these
+/// fields, R5). A Deployment the operator created with a POST first has its `Update` entry
+/// made the `Apply` one ([`variant::CreatedEntry`]), so that a field no longer declared is
+/// removed by this apply; the entry is guarded, and a Deployment changed meanwhile fails the
+/// reconcile, to be retried over the newer one.
+pub(super) async fn apply(
+    ctx: &Context,
+    api: &Api<ObservedDeployment>,
+    name: &str,
+    object: &Value,
+    current: Option<&ObservedDeployment>,
+) -> Result<ObservedDeployment, WriteError> {
+    if let Some(current) = current
+        && let Some(entry) = current.created_entry
+    {
+        let resource_version = current
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default();
+        hand_over(
+            ctx,
+            &current.metadata,
+            entry.handover_patch(resource_version),
+        )
+        .await
+        .map_err(|e| WriteError::Failed(e.into()))?;
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Ok(api.patch(name, &params, &Patch::Apply(object)).await?)
+}
+
+/// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`].
+async fn hand_over(ctx: &Context, meta: &ObjectMeta, patch: Value) -> Result<(), kube::Error> {
+    let url = format!(
+        "{}/{}?fieldManager={FIELD_MANAGER}",
+        ObservedDeployment::url_path(&(), meta.namespace.as_deref()),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
+    let request = hyper::Request::patch(url)
+        .header(hyper::header::CONTENT_TYPE, "application/json-patch+json")
+        .body(body)
+        .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
+    ctx.client.request::<IgnoredAny>(request).await?;
+    Ok(())
+}
