@@ -12,13 +12,13 @@ use kube::{
 use super::{
     auth::Caller,
     json::{CreateMutation, mutation_view},
-    state::{ApiError, ApiResult, ApiState, cached_mutation, catch_up},
+    state::{ApiError, ApiResult, ApiState, cached_mutation, catch_up, check_with_server},
 };
 use crate::{
     cache::{CacheState, Caches},
-    crd::{EmbeddedJson, Mutation, MutationSpec, Variant},
+    crd::{EmbeddedJson, Mutation, MutationSpec, OwnerKind, Variant},
     http,
-    variant::{Base, validate_name, validate_variants},
+    variant::{Base, Owner, validate_name, validate_variants},
 };
 
 /// How long creating a Mutation waits for the controller to report its Secret.
@@ -51,6 +51,14 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
     let base = Base::parse(&body.deployment).map_err(ApiError::bad_request)?;
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
     validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;
+    // The Mutation has no uid yet: its Deployments are checked with a placeholder reference.
+    let owner = Owner {
+        kind: OwnerKind::Mutation,
+        name: body.name.clone(),
+        namespace: ns.to_string(),
+        uid: "00000000-0000-0000-0000-000000000000".to_string(),
+    };
+    check_with_server(state, &owner, &base, &variants).await?;
     let mutation = Mutation {
         metadata: ObjectMeta {
             name: Some(body.name.clone()),

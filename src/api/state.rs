@@ -10,8 +10,10 @@ use kube::{Client, runtime::reflector::ObjectRef};
 use super::auth::{Auth, Caller, UNAUTHORIZED};
 use crate::{
     cache::{CacheState, Caches},
-    crd::Mutation,
+    controller::refusal,
+    crd::{Mutation, Variant},
     http::{self, Body, ServerConfig},
+    variant::{Base, Owner},
 };
 
 /// How many times a variant edit is retried on a resourceVersion conflict before it gives up
@@ -154,6 +156,29 @@ impl From<kube::Error> for ApiError {
             }
         }
     }
+}
+
+/// Asks the API server, without writing anything, whether it would accept the Deployment of
+/// each of `variants` (a dry-run create with strict field validation, answered by code), and
+/// answers 400 with the server's message for the first it refuses (R24): a base or variant the
+/// server rejects is refused up front rather than reported in status later. When the server
+/// cannot say, the write goes ahead and the controller reports what happens.
+pub async fn check_with_server(
+    state: &ApiState,
+    owner: &Owner,
+    base: &Base,
+    variants: &[Variant],
+) -> Result<(), ApiError> {
+    for variant in variants {
+        let object = crate::variant::build(base, owner, variant);
+        if let Some(message) = refusal(&state.client, &owner.namespace, &object).await {
+            return Err(ApiError::bad_request(format!(
+                "variant {:?}: rejected by the Kubernetes API: {message}",
+                variant.label
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The handler result.

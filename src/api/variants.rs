@@ -12,12 +12,14 @@ use serde_json::json;
 use super::{
     auth::Caller,
     json::{ScaleRequest, VariantRequest, variant_view},
-    state::{ApiError, ApiResult, ApiState, MAX_ATTEMPTS, cached_mutation, catch_up},
+    state::{
+        ApiError, ApiResult, ApiState, MAX_ATTEMPTS, cached_mutation, catch_up, check_with_server,
+    },
 };
 use crate::{
-    crd::{Mutation, Variant},
+    crd::{Mutation, OwnerKind, Variant},
     http,
-    variant::validate_variants,
+    variant::{Base, Owner, validate_variants},
 };
 
 /// `GET .../variants`.
@@ -50,6 +52,12 @@ pub async fn add(
     let variant = Variant::from(body);
     validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
         .map_err(ApiError::bad_request)?;
+    if let (Ok(owner), Ok(base)) = (
+        Owner::from_resource(OwnerKind::Mutation, cached.as_ref()),
+        Base::parse(&cached.spec.deployment.value()),
+    ) {
+        check_with_server(state, &owner, &base, std::slice::from_ref(&variant)).await?;
+    }
     let label = variant.label.clone();
     let updated = edit(state, ns, name, |m| {
         if position(m, &variant.label).is_some() {

@@ -205,7 +205,7 @@ async fn converge<K: OwnerResource>(
                     instances: 0,
                 };
                 let bare = variant::build(base, owner, &alone);
-                if let Some(reason) = write::refusal(ctx, &owner.namespace, &bare).await {
+                if let Some(reason) = write::refusal(&ctx.client, &owner.namespace, &bare).await {
                     return Ok(Converged::BaseRejected(reason));
                 }
                 let message = format!("rejected by the API server: {message}");

@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
-    Api, Resource,
+    Api, Client, Resource,
     api::{Patch, PatchParams},
 };
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -42,13 +42,13 @@ pub(super) async fn create(
     namespace: &str,
     object: &Value,
 ) -> Result<ObservedDeployment, WriteError> {
-    Ok(post(ctx, namespace, object, false).await?)
+    Ok(post(&ctx.client, namespace, object, false).await?)
 }
 
 /// POSTs `object` to the namespace's Deployments (strict field validation; `dry_run`: the
 /// server checks it and writes nothing).
 async fn post<T: DeserializeOwned>(
-    ctx: &Context,
+    client: &Client,
     namespace: &str,
     object: &Value,
     dry_run: bool,
@@ -63,15 +63,16 @@ async fn post<T: DeserializeOwned>(
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(body)
         .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
-    ctx.client.request(request).await
+    client.request(request).await
 }
 
 /// Whether the API server refuses `object` itself, asked without writing anything: a dry-run
 /// create with strict field validation. 400 or 422 is a refusal (with the server's message);
 /// success, or 409 for a name already taken, is acceptance (validation comes first); anything
-/// else says nothing (`None`).
-pub(super) async fn refusal(ctx: &Context, namespace: &str, object: &Value) -> Option<String> {
-    match post::<IgnoredAny>(ctx, namespace, object, true).await {
+/// else says nothing (`None`). The HTTP API asks it too, to answer 400 for what the server
+/// would refuse.
+pub async fn refusal(client: &Client, namespace: &str, object: &Value) -> Option<String> {
+    match post::<IgnoredAny>(client, namespace, object, true).await {
         Err(kube::Error::Api(status)) if refused(&status) => Some(status.message),
         _ => None,
     }
@@ -98,7 +99,7 @@ pub(super) async fn rejection(
         return Ok(status.message);
     }
     if status.code >= 500
-        && let Some(message) = refusal(ctx, namespace, object).await
+        && let Some(message) = refusal(&ctx.client, namespace, object).await
     {
         return Ok(message);
     }

@@ -311,3 +311,41 @@ async fn a_terminating_namespace_is_a_conflict_not_a_fault() {
         .collect();
     assert!(warned.is_empty(), "{warned:#?}");
 }
+
+/// Issue 15, R24: what the API server would refuse is refused up front with 400 and the
+/// server's message (a dry run of each resulting Deployment), and nothing is created: a field
+/// the Deployment schema does not declare, and a container without an image.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn what_the_server_would_refuse_is_a_400() {
+    let f = Fixture::with_api("api-dryrun").await;
+    let mut unknown = base("web");
+    unknown["spec"]["template"]["spec"]["containers"][0]["bogusField"] = json!(true);
+    let mut no_image = base("web");
+    no_image["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("image");
+    for (base, needle) in [(unknown, "bogusField"), (no_image, "image")] {
+        let create = json!({"name": "web", "deployment": base, "variants": [{"label": "a"}]});
+        let reply = f
+            .call("POST", "/mutations", Some(ADMIN), Some(&create))
+            .await;
+        assert_eq!(reply.status, 400, "{reply:?}");
+        let error = reply.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            error.contains(needle) && error.contains("rejected by the Kubernetes API"),
+            "{error}"
+        );
+        assert!(f.mutations().get_opt("web").await.unwrap().is_none());
+    }
+    // A valid one is created as before.
+    let create = json!({"name": "web", "deployment": base("web"), "variants": [{"label": "a", "instances": 0}]});
+    let reply = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+}
