@@ -78,11 +78,59 @@ impl TestNamespace {
     }
 }
 
+/// The finalizer tests put on objects to hold them; [`TestNamespace`]'s drop takes it off again
+/// (from Deployments and ConfigMaps), so a failed test cannot leave its namespace stuck in
+/// Terminating.
+pub const TEST_HOLD: &str = "mutantops.neiam.org/test-hold";
+
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = std::mem::take(&mut self.name);
+        release_holds(name.clone());
         delete_on_drop::<Namespace>(name);
     }
+}
+
+/// Takes [`TEST_HOLD`] off every Deployment and ConfigMap of `namespace` (from a `Drop`: see
+/// [`delete_on_drop`]).
+fn release_holds(namespace: String) {
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
+    async fn release<K>(client: Client, namespace: &str)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + Debug,
+    {
+        let api = Api::<K>::namespaced(client, namespace);
+        let Ok(list) = api.list(&Default::default()).await else {
+            return;
+        };
+        for obj in list.items {
+            if obj.finalizers().iter().any(|f| f == TEST_HOLD) {
+                let unhold = kube::api::Patch::Merge(
+                    serde_json::json!({ "metadata": { "finalizers": null } }),
+                );
+                let _ = api
+                    .patch(&obj.name_any(), &Default::default(), &unhold)
+                    .await;
+            }
+        }
+    }
+    let done = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(runtime) = runtime {
+            runtime.block_on(async move {
+                if let Ok(client) = Client::try_default().await {
+                    release::<Deployment>(client.clone(), &namespace).await;
+                    release::<ConfigMap>(client, &namespace).await;
+                }
+            });
+        }
+    });
+    let _ = done.join();
 }
 
 /// Deletes cluster-scoped object `name` of kind `K` from a `Drop`, so a test leaves the

@@ -262,7 +262,7 @@ async fn a_terminating_namespace_is_a_conflict_not_a_fault() {
     let f = Fixture::with_api("api-term").await;
     let holds: Api<ConfigMap> = f.ns.api();
     let hold: ConfigMap = common::from_json(json!({
-        "metadata": {"name": "hold", "finalizers": ["mutantops.neiam.org/test-hold"]}
+        "metadata": {"name": "hold", "finalizers": [common::TEST_HOLD]}
     }));
     holds.create(&PostParams::default(), &hold).await.unwrap();
     let namespaces: Api<Namespace> = Api::all(f.ns.client.clone());

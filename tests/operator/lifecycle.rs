@@ -118,7 +118,7 @@ async fn a_recreated_owner_is_ready_only_through_its_own_deployments() {
         .patch(
             "web-a",
             &PatchParams::default(),
-            &hold(json!(["mutantops.neiam.org/test-hold"])),
+            &hold(json!([common::TEST_HOLD])),
         )
         .await
         .unwrap();

@@ -38,6 +38,17 @@ async fn the_operator_runs_with_its_service_account() {
     common::install_crds(&ns.client).await;
     let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/mutantops.yaml");
 
+    // What the bundle adds outside the test's namespace is removed when the test ends, however
+    // it ends, unless it was there before (a cluster that runs the operator already keeps it).
+    // The CRDs stay: every test of the suite shares them.
+    let existed = |kind: &str, name: &str| kubectl(&["get", kind, name]).status.success();
+    let _namespace = (!existed("namespace", "mutants"))
+        .then(|| common::RemoveOnDrop::<k8s_openapi::api::core::v1::Namespace>::new("mutants"));
+    let _role = (!existed("clusterrole", "mutantops"))
+        .then(|| common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRole>::new("mutantops"));
+    let _binding = (!existed("clusterrolebinding", "mutantops")).then(|| {
+        common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::new("mutantops")
+    });
     // The namespace first, so the dry run can place the namespaced objects in it.
     let _ = kubectl(&["create", "namespace", "mutants"]);
     ok(
