@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use mutantops::cli::{self, Command};
 
+/// The static musl binaries allocate with dlmalloc, not musl's mallocng, which kept half as
+/// much memory again after a relist at scale (see Cargo.toml and BENCHMARKS.md).
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
