@@ -117,6 +117,20 @@ fn release_holds(namespace: String) {
             }
         }
     }
+    from_drop(move |client| async move {
+        release::<Deployment>(client.clone(), &namespace).await;
+        release::<ConfigMap>(client, &namespace).await;
+    });
+}
+
+/// Runs `work` with a client of its own, to the end, from a `Drop`. Drop cannot await, and
+/// the test's own client cannot be used there: its connection tasks live on the test's
+/// runtime, which this blocks. A short-lived runtime on its own thread does the work.
+fn from_drop<F, Fut>(work: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
     let done = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -124,8 +138,7 @@ fn release_holds(namespace: String) {
         if let Ok(runtime) = runtime {
             runtime.block_on(async move {
                 if let Ok(client) = Client::try_default().await {
-                    release::<Deployment>(client.clone(), &namespace).await;
-                    release::<ConfigMap>(client, &namespace).await;
+                    work(client).await;
                 }
             });
         }
@@ -133,32 +146,19 @@ fn release_holds(namespace: String) {
     let _ = done.join();
 }
 
-/// Deletes cluster-scoped object `name` of kind `K` from a `Drop`, so a test leaves the
-/// cluster as it found it even when it fails. Drop cannot await, and the test's own client
-/// cannot be used here: its connection tasks live on the test's runtime, which this blocks. A
-/// short-lived runtime on its own thread, with a client of its own, does the delete.
+/// Deletes cluster-scoped object `name` of kind `K` from a `Drop` ([`from_drop`]), so a test
+/// leaves the cluster as it found it even when it fails.
 pub fn delete_on_drop<K: ClusterKind>(name: String) {
-    let done = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build();
-        if let Ok(runtime) = runtime {
-            runtime.block_on(async move {
-                let Ok(client) = Client::try_default().await else {
-                    return;
-                };
-                match Api::<K>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                {
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(err) => eprintln!("warning: deleting {} {name}: {err}", K::kind(&())),
-                    Ok(_) => {}
-                }
-            });
+    from_drop(move |client| async move {
+        match Api::<K>::all(client)
+            .delete(&name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(err) => eprintln!("warning: deleting {} {name}: {err}", K::kind(&())),
         }
     });
-    let _ = done.join();
 }
 
 /// A cluster-scoped kind a test creates objects of.
