@@ -118,6 +118,7 @@ pub async fn run(config: Config) -> Result<()> {
         server: ServerConfig::default(),
         edits: Default::default(),
         namespace: config.watch_namespace.clone(),
+        misses: Default::default(),
     });
     let api = tokio::spawn(api::serve(state, api_listener, stop));
 

@@ -2,8 +2,10 @@
 //! the admin token (`MUTANT_API_TOKEN`) allows everything; a Mutation's own token (key `token`
 //! of its Secret `<name>-secret`, accepted only while that Secret is controlled by the
 //! Mutation) allows only that Mutation's GET and its variants. Tokens are compared in constant
-//! time and never logged or returned. Everything is read from the operator's caches: no
-//! request to the API server, and no Secret outside the operator's own is ever cached.
+//! time and never logged or returned. Everything is read from the operator's caches, and no
+//! Secret outside the operator's own is ever cached; only a token this replica cannot check
+//! yet makes the caller (`api::handle`) ask the API server, once and within a budget, whether
+//! its caches lag (`fresh.rs`).
 
 use hyper::{HeaderMap, header::AUTHORIZATION};
 use kube::runtime::reflector::ObjectRef;

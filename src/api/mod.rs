@@ -10,6 +10,7 @@
 
 pub mod auth;
 mod body;
+mod fresh;
 pub mod json;
 mod mutations;
 pub mod routes;
@@ -60,10 +61,18 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
         ));
     }
     let Params { ns, name, label } = params;
-    let caller = state
-        .auth
-        .caller(req.headers(), &state.caches, ns, name)
-        .ok_or_else(ApiError::unauthorized)?;
+    let mut caller = state.auth.caller(req.headers(), &state.caches, ns, name);
+    // A token this replica cannot check may belong to a Mutation made through another one:
+    // checked once with the API server (fresh.rs), then against the cache again.
+    if caller.is_none()
+        && let Some(name) = name
+        && fresh::refresh(state, ns, name, fresh::Need::Secret).await
+    {
+        caller = state
+            .auth
+            .caller(req.headers(), &state.caches, ns, Some(name));
+    }
+    let caller = caller.ok_or_else(ApiError::unauthorized)?;
     // After the token, so that only the admin learns which namespace is served: no Mutation of
     // another namespace is cached, so any other token got 401 above.
     if let Some(served) = &state.namespace
@@ -84,14 +93,14 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
             let body = read_json(state, req).await?;
             mutations::create(state, ns, body).await
         }
-        Action::GetMutation => mutations::get(state, &caller, ns, name),
+        Action::GetMutation => mutations::get(state, &caller, ns, name).await,
         Action::DeleteMutation => mutations::delete(state, ns, name).await,
-        Action::ListVariants => variants::list(state, &caller, ns, name),
+        Action::ListVariants => variants::list(state, &caller, ns, name).await,
         Action::AddVariant => {
             let body = read_json(state, req).await?;
             variants::add(state, &caller, ns, name, body).await
         }
-        Action::GetVariant => variants::get(state, &caller, ns, name, label),
+        Action::GetVariant => variants::get(state, &caller, ns, name, label).await,
         Action::ScaleVariant => {
             let body = read_json(state, req).await?;
             variants::scale(state, &caller, ns, name, label, body).await

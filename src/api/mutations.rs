@@ -11,8 +11,9 @@ use kube::{
 
 use super::{
     auth::Caller,
+    fresh,
     json::{CreateMutation, mutation_view},
-    state::{ApiError, ApiResult, ApiState, cached_mutation, catch_up, check_with_server},
+    state::{ApiError, ApiResult, ApiState, catch_up, check_with_server},
 };
 use crate::{
     cache::{CacheState, Caches},
@@ -39,8 +40,8 @@ pub fn list(state: &ApiState, ns: &str) -> ApiResult {
 }
 
 /// `GET /api/v1/namespaces/{ns}/mutations/{name}`.
-pub fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = cached_mutation(state, caller, ns, name)?;
+pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
     Ok(http::json(StatusCode::OK, &mutation_view(&m)))
 }
 

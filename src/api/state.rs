@@ -37,6 +37,8 @@ pub struct ApiState {
     pub edits: EditLocks,
     /// The one namespace this operator serves (`MUTANT_WATCH_NAMESPACE`), if it is limited.
     pub namespace: Option<String>,
+    /// The budget of misses checked with the API server ([`super::fresh`]).
+    pub misses: super::fresh::MissChecks,
 }
 
 /// Per-Mutation locks for variant edits; an entry lives only while someone holds or waits for

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{
     auth::Caller,
+    fresh::{self, Need},
     json::{ScaleRequest, VariantRequest, variant_view},
     state::{
         ApiError, ApiResult, ApiState, MAX_ATTEMPTS, cached_mutation, catch_up, check_with_server,
@@ -23,8 +24,8 @@ use crate::{
 };
 
 /// `GET .../variants`.
-pub fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = cached_mutation(state, caller, ns, name)?;
+pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
     let items: Vec<_> = (0..m.spec.variants.len())
         .filter_map(|i| variant_view(&m, i))
         .collect();
@@ -32,8 +33,18 @@ pub fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResul
 }
 
 /// `GET .../variants/{label}`.
-pub fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str, label: &str) -> ApiResult {
-    let m = cached_mutation(state, caller, ns, name)?;
+pub async fn get(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    label: &str,
+) -> ApiResult {
+    let mut m = fresh::mutation(state, caller, ns, name).await?;
+    // A label this replica does not show may have been added through another one.
+    if position(&m, label).is_none() && fresh::refresh(state, ns, name, Need::Mutation).await {
+        m = cached_mutation(state, caller, ns, name)?;
+    }
     let index = position(&m, label).ok_or_else(|| absent(ns, name, label))?;
     let view = variant_view(&m, index).ok_or_else(|| absent(ns, name, label))?;
     Ok(http::json(StatusCode::OK, &view))
@@ -48,7 +59,7 @@ pub async fn add(
     name: &str,
     body: VariantRequest,
 ) -> ApiResult {
-    let cached = cached_mutation(state, caller, ns, name)?;
+    let cached = fresh::mutation(state, caller, ns, name).await?;
     let variant = Variant::from(body);
     validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
         .map_err(ApiError::bad_request)?;
@@ -83,7 +94,7 @@ pub async fn scale(
     label: &str,
     body: ScaleRequest,
 ) -> ApiResult {
-    cached_mutation(state, caller, ns, name)?;
+    fresh::mutation(state, caller, ns, name).await?;
     if body.instances < 0 {
         return Err(ApiError::bad_request(format!(
             "instances {}: must not be negative",
@@ -108,7 +119,7 @@ pub async fn remove(
     name: &str,
     label: &str,
 ) -> ApiResult {
-    cached_mutation(state, caller, ns, name)?;
+    fresh::mutation(state, caller, ns, name).await?;
     edit(state, ns, name, |m| {
         let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
         let mut variants = m.spec.variants.clone();

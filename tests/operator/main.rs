@@ -26,6 +26,7 @@ mod leader;
 mod lifecycle;
 mod metrics;
 mod rbac;
+mod replicas;
 mod secret;
 mod steady;
 
