@@ -5,7 +5,8 @@
 //! bring a regular-expression engine, a JSONPath engine and a second YAML parser, about 0.9 MiB
 //! of the binary, for methods an operator in its own cluster never uses. This module builds the
 //! same stack (rustls with ring, connect/read/write timeouts, kube's retry of 429/503/504,
-//! impersonation headers) with the methods an operator needs:
+//! impersonation headers, and a guard of its own against deeply nested JSON in responses about
+//! the operator's resources: [`depth`]) with the methods an operator needs:
 //!
 //! - in a cluster: the ServiceAccount token file and the cluster's CA file, both read again
 //!   every minute because bound tokens rotate, and so may the CA;
@@ -222,6 +223,7 @@ pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Cli
             request
         })
         .layer(extra_headers)
+        .layer(depth::GuardLayer)
         .map_err(BoxError::from)
         .service(http_client);
     Ok(ClientBuilder::new(service, config.default_namespace).build())
@@ -335,6 +337,7 @@ impl TokenFile {
     }
 }
 
+pub mod depth;
 mod tls;
 
 use tls::tls_config;

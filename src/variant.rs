@@ -42,8 +42,8 @@ pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
-    Base, deployment_name, validate_env_name, validate_label, validate_name, validate_variant,
-    validate_variants,
+    Base, MAX_BASE_DEPTH, deployment_name, validate_env_name, validate_label, validate_name,
+    validate_variant, validate_variants,
 };
 
 /// Label on every generated Deployment, its selector and its pods: the owner's name.

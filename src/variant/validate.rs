@@ -17,6 +17,25 @@ pub(super) const LABEL_RULE: &str = "must be a DNS-1123 label: lower-case letter
 const SUBDOMAIN_RULE: &str = "must be a DNS-1123 subdomain: lower-case letters, digits, '-' and \
     '.', starting and ending with a letter or digit, at most 253 characters";
 
+/// The deepest nesting of arrays and objects a base may have (R10). A real Deployment is about
+/// a dozen levels deep; the limit keeps every base far below serde_json's 128 levels wherever
+/// it sits in a response (the client cuts what nests deeper than `connect::depth::MAX_DEPTH`,
+/// so that one object cannot break a list of them).
+pub const MAX_BASE_DEPTH: usize = 64;
+
+/// Whether arrays and objects nest in `value` more than `levels` deep (`[]` is one level).
+fn nests_deeper_than(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Array(items) => {
+            levels == 0 || items.iter().any(|c| nests_deeper_than(c, levels - 1))
+        }
+        Value::Object(fields) => {
+            levels == 0 || fields.values().any(|c| nests_deeper_than(c, levels - 1))
+        }
+        _ => false,
+    }
+}
+
 /// Whether `s` is a DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, 1 to 63 characters.
 fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
@@ -126,12 +145,17 @@ pub struct Base {
 }
 
 impl Base {
-    /// Validates a base (R10): an object with `apiVersion: apps/v1`, `kind: Deployment`,
+    /// Validates a base (R10): nested at most [`MAX_BASE_DEPTH`] levels, an object with `apiVersion: apps/v1`, `kind: Deployment`,
     /// `metadata.name` a DNS-1123 subdomain, `spec.selector`, and `spec.template.spec.containers`
     /// non-empty with unique DNS-1123 names; it must decode as a typed `Deployment` (a wrongly
     /// typed field is reported with serde's message) and its pod template labels must match
     /// its selector. Structural problems are all reported, joined with `"; "`.
     pub fn parse(value: &Value) -> Result<Base, String> {
+        if nests_deeper_than(value, MAX_BASE_DEPTH) {
+            return Err(format!(
+                "deployment: nests arrays and objects deeper than {MAX_BASE_DEPTH} levels"
+            ));
+        }
         let Some(obj) = value.as_object() else {
             return Err("deployment: must be an object: an apps/v1 Deployment with \
                 apiVersion, kind, metadata.name and spec"

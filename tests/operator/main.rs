@@ -25,6 +25,7 @@ mod invalid;
 mod leader;
 mod lifecycle;
 mod metrics;
+mod poison;
 mod rbac;
 mod replicas;
 mod secret;

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::variant::validate::LABEL_RULE;
+use crate::variant::{MAX_BASE_DEPTH, validate::LABEL_RULE};
 
 // R8
 #[test]
@@ -142,6 +142,32 @@ fn base_must_decode_as_a_typed_deployment() {
     let mut v = base_json();
     v["spec"]["template"]["spec"]["containers"][0]["env"] = json!({"A": "1"});
     assert!(parse_err(v).starts_with("deployment: invalid type: map"));
+}
+
+// R10, issue 15: a base nested deeper than MAX_BASE_DEPTH is invalid (such an object cut
+// by the client's depth guard is too), one exactly that deep is checked as usual.
+#[test]
+fn a_base_nested_too_deeply_is_invalid() {
+    let nested = |levels: usize| {
+        let mut v = base_json();
+        // the base is 6 levels deep down to the container object
+        let inner = serde_json::from_str::<Value>(&format!(
+            "{}{}",
+            "[".repeat(levels - 6),
+            "]".repeat(levels - 6)
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        v["spec"]["template"]["spec"]["containers"][0]["x"] = inner;
+        v
+    };
+    let e = parse_err(nested(MAX_BASE_DEPTH + 1));
+    assert_eq!(
+        e,
+        "deployment: nests arrays and objects deeper than 64 levels"
+    );
+    // exactly at the limit, the base is checked as usual (its typed decoding ignores `x`;
+    // the API server's strict validation refuses it later)
+    assert!(Base::parse(&nested(MAX_BASE_DEPTH)).is_ok());
 }
 
 // R10
