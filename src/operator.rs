@@ -119,6 +119,7 @@ pub async fn run(config: Config) -> Result<()> {
         edits: Default::default(),
         namespace: config.watch_namespace.clone(),
         misses: Default::default(),
+        validations: Default::default(),
     });
     let api = tokio::spawn(api::serve(state, api_listener, stop));
 

@@ -10,13 +10,25 @@
 //! be turned into load on the API server; past the bound a miss is answered from the cache as
 //! it is. A caller learns nothing it would not learn without them: the token is still compared
 //! only with the cached Secret, and a wrong one still gets the same 401.
+//!
+//! What a replica shows of an existing Mutation can still be older, for the milliseconds its
+//! watch takes, than an edit acknowledged by another replica. Edits themselves always read the
+//! Mutation from the API server, so none is lost; a read that must reflect every write
+//! acknowledged before it, through any replica, says so with `Cache-Control: no-cache` (the
+//! HTTP request directive for "validate with the origin first"): [`validate`] then reads the
+//! Mutation's metadata (or, for the list, the namespace's) from the API server and waits until
+//! this replica's cache shows those versions. Only authenticated callers reach it, and at most
+//! [`VALIDATIONS`] run at once per replica. Plain reads stay answered from the cache alone:
+//! an API server round trip on every GET would cut what a replica serves many times over.
 
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use kube::{Api, runtime::reflector::ObjectRef};
+use hyper::{HeaderMap, StatusCode, header::CACHE_CONTROL};
+use kube::{Api, api::ListParams, runtime::reflector::ObjectRef};
+use tokio::sync::Semaphore;
 
 use super::{
     auth::Caller,
@@ -60,6 +72,81 @@ impl MissChecks {
             false
         }
     }
+}
+
+/// Validated reads a replica sends to the API server at once; more wait their turn.
+const VALIDATIONS: usize = 16;
+
+/// The replica's budget of validated reads (`Cache-Control: no-cache`).
+pub struct Validations(Semaphore);
+
+impl Default for Validations {
+    fn default() -> Self {
+        Validations(Semaphore::new(VALIDATIONS))
+    }
+}
+
+/// Whether a request asks for a validated read: a `Cache-Control` directive `no-cache`.
+pub fn wants_validation(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(CACHE_CONTROL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|directive| directive.trim().eq_ignore_ascii_case("no-cache"))
+}
+
+/// Brings this replica's cache up to what the API server holds now, for a read of Mutation
+/// `ns/name` or (`None`) of the namespace's Mutations: reads their metadata from the API server
+/// and waits (up to 3 s) until the cache shows the same versions, and none that is gone.
+pub async fn validate(state: &ApiState, ns: &str, name: Option<&str>) -> Result<(), ApiError> {
+    let _turn = state
+        .validations
+        .0
+        .acquire()
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
+    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
+    let Some(name) = name else {
+        let listed = api.list_metadata(&ListParams::default()).await?;
+        let wanted: Vec<(String, Option<String>)> = listed
+            .items
+            .into_iter()
+            .filter_map(|m| Some((m.metadata.name?, m.metadata.resource_version)))
+            .collect();
+        let deadline = tokio::time::Instant::now() + SECRET_WAIT;
+        let shown = |caches: &Caches, _: &CacheState| {
+            let all = wanted.iter().all(|(name, version)| {
+                let key = ObjectRef::new(name).within(ns);
+                caches.mutations.get(&key).is_some_and(|m| {
+                    at_least(m.metadata.resource_version.as_deref(), version.as_deref())
+                })
+            });
+            let no_other = caches.mutations.state().iter().all(|m| {
+                m.metadata.namespace.as_deref() != Some(ns)
+                    || m.metadata.deletion_timestamp.is_some()
+                    || wanted
+                        .iter()
+                        .any(|(name, _)| m.metadata.name.as_ref() == Some(name))
+            });
+            (all && no_other).then_some(())
+        };
+        let _ = state.caches.until(Some(deadline), shown).await;
+        return Ok(());
+    };
+    let current = api.get_metadata_opt(name).await?;
+    let version = current.and_then(|m| m.metadata.resource_version);
+    catch_up(state, ns, name, version.as_deref()).await;
+    Ok(())
+}
+
+/// Whether resourceVersion `have` is `want` or later (etcd's are increasing integers).
+fn at_least(have: Option<&str>, want: Option<&str>) -> bool {
+    have == want
+        || matches!(
+            (have.and_then(|h| h.parse::<u64>().ok()), want.and_then(|w| w.parse::<u64>().ok())),
+            (Some(h), Some(w)) if h >= w
+        )
 }
 
 /// What a miss needs to be answered again.
@@ -125,6 +212,37 @@ pub async fn mutation(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 15: `Cache-Control: no-cache` asks for a validated read, in any spelling of the
+    // header's list; other directives do not.
+    #[test]
+    fn no_cache_asks_for_validation() {
+        let headers = |values: &[&str]| {
+            let mut map = HeaderMap::new();
+            for v in values {
+                map.append(
+                    CACHE_CONTROL,
+                    hyper::header::HeaderValue::from_str(v).unwrap_or_else(|e| panic!("{e}")),
+                );
+            }
+            map
+        };
+        assert!(wants_validation(&headers(&["no-cache"])));
+        assert!(wants_validation(&headers(&["max-age=0, No-Cache"])));
+        assert!(wants_validation(&headers(&["max-age=0", "no-cache"])));
+        assert!(!wants_validation(&headers(&[])));
+        assert!(!wants_validation(&headers(&["no-store", "max-age=0"])));
+        assert!(!wants_validation(&headers(&["no-cache-please"])));
+    }
+
+    #[test]
+    fn versions_compare_as_numbers_when_they_are() {
+        assert!(at_least(Some("12"), Some("9")));
+        assert!(!at_least(Some("9"), Some("12")));
+        assert!(at_least(Some("x"), Some("x")));
+        assert!(!at_least(Some("x"), Some("y")));
+        assert!(!at_least(None, Some("1")));
+    }
 
     #[test]
     fn checks_are_bounded() {

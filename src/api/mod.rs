@@ -19,7 +19,7 @@ mod variants;
 
 use std::sync::Arc;
 
-use hyper::{Request, Response, StatusCode, body::Incoming};
+use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 
 use crate::{
     http::{self, Body},
@@ -84,6 +84,10 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
     }
     if route.access == Access::Admin && caller != Caller::Admin {
         return Err(ApiError::unauthorized());
+    }
+    // A read that must reflect every write acknowledged before it, through any replica.
+    if req.method() == Method::GET && fresh::wants_validation(req.headers()) {
+        fresh::validate(state, ns, name).await?;
     }
     // The table gives every route below a Mutation its name, and every variant route a label.
     let (name, label) = (name.unwrap_or_default(), label.unwrap_or_default());

@@ -39,6 +39,8 @@ pub struct ApiState {
     pub namespace: Option<String>,
     /// The budget of misses checked with the API server ([`super::fresh`]).
     pub misses: super::fresh::MissChecks,
+    /// The budget of validated reads (`Cache-Control: no-cache`, [`super::fresh`]).
+    pub validations: super::fresh::Validations,
 }
 
 /// Per-Mutation locks for variant edits; an entry lives only while someone holds or waits for

@@ -45,10 +45,25 @@ pub async fn request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> Reply {
+    request_with(port, method, path, token, &[], body).await
+}
+
+/// [`request`] with extra headers.
+pub async fn request_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Reply {
     let mut head =
         format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     if let Some(token) = token {
         head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     let body = body.unwrap_or("");
     if !body.is_empty() || matches!(method, "POST" | "PATCH" | "PUT") {

@@ -81,128 +81,241 @@ fn kubeconfig_through(port: u16, path: &std::path::Path) -> String {
     upstream
 }
 
+/// Replica A reaches the API server directly, replica B through the lagging proxy; both serve
+/// the API of one namespace with the admin token `ADMIN`.
+struct Replicas {
+    a: Operator,
+    b: Operator,
+    dir: std::path::PathBuf,
+    ns: TestNamespace,
+}
+
+impl Replicas {
+    async fn start(prefix: &str) -> Replicas {
+        let ns = TestNamespace::new(prefix).await;
+        common::install_crds(&ns.client).await;
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("replicas-{}", common::random_suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        // The proxy's port is not known before the upstream is read: read it first.
+        let upstream = kubeconfig_through(0, &kubeconfig);
+        let proxy = lagging_proxy(upstream).await;
+        kubeconfig_through(proxy, &kubeconfig);
+
+        let env = |name: &'static str| {
+            vec![
+                ("POD_NAMESPACE", ns.name.clone()),
+                ("POD_NAME", name.to_string()),
+                ("MUTANT_API_TOKEN", ADMIN.to_string()),
+            ]
+        };
+        let start = |env: Vec<(&str, String)>| {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            Operator::start_with(&ns.name, &env)
+        };
+        let a = start(env("replica-a"));
+        let mut b_env = env("replica-b");
+        b_env.push(("KUBECONFIG", kubeconfig.display().to_string()));
+        let b = start(b_env);
+        let replicas = Replicas { a, b, dir, ns };
+        for port in [replicas.a.api_port, replicas.b.api_port] {
+            wait_for("the HTTP API to serve", CONVERGE, || async {
+                TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let reply = replicas
+                    .call(port, "GET", "/mutations", Some(ADMIN), None)
+                    .await;
+                if reply.status == 200 {
+                    Ok(())
+                } else {
+                    Err(format!("{reply:?}"))
+                }
+            })
+            .await;
+        }
+        replicas
+    }
+
+    /// An API request to the replica on `port`, below the namespace's path.
+    async fn call(
+        &self,
+        port: u16,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&serde_json::Value>,
+    ) -> common::http::Reply {
+        self.call_with(port, method, path, token, &[], body).await
+    }
+
+    /// [`Replicas::call`] with extra headers.
+    async fn call_with(
+        &self,
+        port: u16,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&serde_json::Value>,
+    ) -> common::http::Reply {
+        let path = format!("/api/v1/namespaces/{}{path}", self.ns.name);
+        let body = body.map(|b| b.to_string());
+        common::http::request_with(port, method, &path, token, headers, body.as_deref()).await
+    }
+
+    /// Creates Mutation `name` (variant `a`, 0 instances) through A; returns its token.
+    async fn create(&self, name: &str) -> String {
+        let create = json!({"name": name, "deployment": base("web"),
+                            "variants": [{"label": "a", "instances": 0}]});
+        let created = self
+            .call(
+                self.a.api_port,
+                "POST",
+                "/mutations",
+                Some(ADMIN),
+                Some(&create),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{created:?}");
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = self.ns.api();
+        let secret = secrets.get(&format!("{name}-secret")).await.unwrap();
+        String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap()
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn what_one_replica_made_is_usable_through_the_other_at_once() {
-    let ns = TestNamespace::new("replicas").await;
-    common::install_crds(&ns.client).await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("replicas-{}", common::random_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    // The proxy's port is not known before the upstream is read: read it first.
-    let upstream = kubeconfig_through(0, &kubeconfig);
-    let proxy = lagging_proxy(upstream).await;
-    kubeconfig_through(proxy, &kubeconfig);
-
-    let env = |name: &'static str| {
-        vec![
-            ("POD_NAMESPACE", ns.name.clone()),
-            ("POD_NAME", name.to_string()),
-            ("MUTANT_API_TOKEN", ADMIN.to_string()),
-        ]
-    };
-    let a_env = env("replica-a");
-    let a = Operator::start_with(
-        &ns.name,
-        &a_env
-            .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect::<Vec<_>>(),
-    );
-    let mut b_env = env("replica-b");
-    b_env.push(("KUBECONFIG", kubeconfig.display().to_string()));
-    let b = Operator::start_with(
-        &ns.name,
-        &b_env
-            .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect::<Vec<_>>(),
-    );
-    let path = |p: &str| format!("/api/v1/namespaces/{}{p}", ns.name);
-    for port in [a.api_port, b.api_port] {
-        wait_for("the HTTP API to serve", CONVERGE, || async {
-            TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map_err(|e| e.to_string())?;
-            let reply =
-                common::http::request(port, "GET", &path("/mutations"), Some(ADMIN), None).await;
-            if reply.status == 200 {
-                Ok(())
-            } else {
-                Err(format!("{reply:?}"))
-            }
-        })
-        .await;
-    }
+    let r = Replicas::start("replicas").await;
+    let (a, b) = (r.a.api_port, r.b.api_port);
 
     // Created through A (which answers once its own caches show the Mutation and its Secret).
-    let create = json!({"name": "m", "deployment": base("web"), "variants": [{"label": "a", "instances": 0}]});
-    let body = create.to_string();
-    let created = common::http::request(
-        a.api_port,
-        "POST",
-        &path("/mutations"),
-        Some(ADMIN),
-        Some(&body),
-    )
-    .await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
-    let secret = secrets.get("m-secret").await.unwrap();
-    let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+    let token = r.create("m").await;
 
     // At once through B, whose watches lag behind: its token works, and the Mutation and its
     // variant are there.
-    let read = common::http::request(
-        b.api_port,
-        "GET",
-        &path("/mutations/m/variants/a"),
-        Some(&token),
-        None,
-    )
-    .await;
+    let read = r
+        .call(b, "GET", "/mutations/m/variants/a", Some(&token), None)
+        .await;
     assert_eq!(
         read.status, 200,
         "the new token through the other replica: {read:?}"
     );
 
     // A variant added through A is read through B at once.
-    let add = json!({"label": "b", "instances": 0}).to_string();
-    let added = common::http::request(
-        a.api_port,
-        "POST",
-        &path("/mutations/m/variants"),
-        Some(&token),
-        Some(&add),
-    )
-    .await;
+    let add = json!({"label": "b", "instances": 0});
+    let added = r
+        .call(a, "POST", "/mutations/m/variants", Some(&token), Some(&add))
+        .await;
     assert_eq!(added.status, 201, "{added:?}");
-    let read = common::http::request(
-        b.api_port,
-        "GET",
-        &path("/mutations/m/variants/b"),
-        Some(&token),
-        None,
-    )
-    .await;
+    let read = r
+        .call(b, "GET", "/mutations/m/variants/b", Some(&token), None)
+        .await;
     assert_eq!(
         read.status, 200,
         "the new variant through the other replica: {read:?}"
     );
 
     // A wrong token still gets the one 401, through either replica.
-    for port in [a.api_port, b.api_port] {
-        let wrong = common::http::request(
-            port,
-            "GET",
-            &path("/mutations/m/variants/a"),
-            Some("0000000000000000000000000000000000000000000000000000000000000000"),
-            None,
-        )
-        .await;
+    for port in [a, b] {
+        let wrong = r
+            .call(
+                port,
+                "GET",
+                "/mutations/m/variants/a",
+                Some("0000000000000000000000000000000000000000000000000000000000000000"),
+                None,
+            )
+            .await;
         assert_eq!(wrong.status, 401, "{wrong:?}");
     }
-    drop((a, b));
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 15: edits of existing variants, alternating between the replicas, each read at once
+/// through the other with `Cache-Control: no-cache`: scaled, removed, added, and the list.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit() {
+    let r = Replicas::start("replicas-edit").await;
+    let token = r.create("m").await;
+    let (a, b) = (r.a.api_port, r.b.api_port);
+    let no_cache = [("Cache-Control", "no-cache")];
+    let read = |port, path: &'static str| {
+        let r = &r;
+        async move {
+            r.call_with(port, "GET", path, Some(ADMIN), &no_cache, None)
+                .await
+        }
+    };
+    for (round, (writer, reader)) in [(a, b), (b, a), (a, b), (b, a)].into_iter().enumerate() {
+        let instances = round + 1;
+        let scale = json!({ "instances": instances });
+        let scaled = r
+            .call(
+                writer,
+                "PATCH",
+                "/mutations/m/variants/a",
+                Some(&token),
+                Some(&scale),
+            )
+            .await;
+        assert_eq!(scaled.status, 200, "{scaled:?}");
+        let seen = read(reader, "/mutations/m/variants/a").await;
+        assert_eq!(seen.status, 200, "{seen:?}");
+        assert_eq!(
+            seen.json()["instances"],
+            instances,
+            "round {round}: {seen:?}"
+        );
+    }
+    // Added and removed through B, the list read through A.
+    let add = json!({"label": "b", "instances": 0});
+    let added = r
+        .call(b, "POST", "/mutations/m/variants", Some(&token), Some(&add))
+        .await;
+    assert_eq!(added.status, 201, "{added:?}");
+    let removed = r
+        .call(b, "DELETE", "/mutations/m/variants/a", Some(&token), None)
+        .await;
+    assert_eq!(removed.status, 204, "{removed:?}");
+    let listed = read(a, "/mutations/m/variants").await;
+    let listed = listed.json();
+    let labels: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["b"], "{listed:?}");
+    let gone = read(a, "/mutations/m/variants/a").await;
+    assert_eq!(gone.status, 404, "{gone:?}");
+    // A Mutation deleted through A is gone from B's list and B's reads.
+    let second = r.create("n").await;
+    let deleted = r.call(a, "DELETE", "/mutations/n", Some(ADMIN), None).await;
+    assert!([200, 204].contains(&deleted.status), "{deleted:?}");
+    let list = read(b, "/mutations").await;
+    let list = list.json();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(names, ["m"], "{list:?}");
+    let gone = r
+        .call_with(b, "GET", "/mutations/n", Some(&second), &no_cache, None)
+        .await;
+    // 401 once B's cache has dropped its Secret too, 404 while only the Mutation is gone.
+    assert!(
+        [401, 404].contains(&gone.status),
+        "the deleted Mutation: {gone:?}"
+    );
 }
