@@ -19,6 +19,9 @@ Environment:
   MUTANT_METRICS_ADDR   metrics and probes listen address (default 0.0.0.0:9568)
   MUTANT_API_TOKEN      admin token for the HTTP API (optional)
   MUTANT_API_INSECURE   true: serve the HTTP API without auth (local development only)
+  MUTANT_API_TLS_CERT_FILE, MUTANT_API_TLS_KEY_FILE
+                        PEM certificate chain and key: the HTTP API speaks HTTPS only
+                        (both or neither; re-read when they change)
   MUTANT_WATCH_NAMESPACE  reconcile only this namespace (default: all namespaces)
   MUTANT_LOG_FORMAT     text (default) or json
   RUST_LOG              log filter, e.g. info or mutantops=debug

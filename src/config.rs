@@ -2,7 +2,7 @@
 //! silent default: an operator that listens somewhere unexpected, or serves without auth by
 //! accident, is worse than one that refuses to start.
 
-use std::{ffi::OsString, fmt, net::SocketAddr, time::Duration};
+use std::{ffi::OsString, fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 use secrecy::{ExposeSecret as _, SecretString};
 
@@ -66,6 +66,9 @@ pub struct Config {
     pub api_token: Option<Secret>,
     /// `MUTANT_API_INSECURE`.
     pub api_insecure: bool,
+    /// `MUTANT_API_TLS_CERT_FILE` and `MUTANT_API_TLS_KEY_FILE`: the API speaks HTTPS with
+    /// them; `None` (both unset) for plain HTTP.
+    pub api_tls: Option<TlsFiles>,
     /// `MUTANT_LOG_FORMAT`.
     pub log_format: LogFormat,
     /// `MUTANT_WATCH_NAMESPACE`: reconcile only this namespace; `None` (unset or empty) for
@@ -160,7 +163,35 @@ impl Config {
                 }
             },
         };
+        let path = |name: &str| -> Result<Option<PathBuf>> {
+            Ok(text(name)?
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from))
+        };
+        let api_tls = match (
+            path("MUTANT_API_TLS_CERT_FILE")?,
+            path("MUTANT_API_TLS_KEY_FILE")?,
+        ) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (Some(_), None) => {
+                return Err(Error::Config(
+                    "MUTANT_API_TLS_CERT_FILE is set but MUTANT_API_TLS_KEY_FILE is not: set \
+                     both for HTTPS, or neither for HTTP"
+                        .to_owned(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Error::Config(
+                    "MUTANT_API_TLS_KEY_FILE is set but MUTANT_API_TLS_CERT_FILE is not: set \
+                     both for HTTPS, or neither for HTTP"
+                        .to_owned(),
+                ));
+            }
+        };
         Ok(Config {
+            api_tls,
             watch_namespace,
             lease_duration,
             pod_namespace,
@@ -173,6 +204,16 @@ impl Config {
             log_format,
         })
     }
+}
+
+/// The API's certificate chain and private key, PEM files (`MUTANT_API_TLS_CERT_FILE`,
+/// `MUTANT_API_TLS_KEY_FILE`), read at start and again whenever they change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// `true`/`false` (also `1`/`0`, `yes`/`no`), any case; anything else is `None`.
@@ -209,6 +250,42 @@ mod tests {
         assert_eq!(c.lease_duration, Duration::from_secs(15));
         assert_eq!(c.pod_namespace, None);
         assert_eq!(c.pod_name, None);
+    }
+
+    // Issue 16: both TLS files or neither; one alone is an error naming the other.
+    #[test]
+    fn tls_files_come_in_pairs() {
+        assert_eq!(config(&[]).unwrap().api_tls, None);
+        let c = config(&[
+            ("MUTANT_API_TLS_CERT_FILE", "/tls/tls.crt"),
+            ("MUTANT_API_TLS_KEY_FILE", " /tls/tls.key "),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.api_tls,
+            Some(TlsFiles {
+                cert: PathBuf::from("/tls/tls.crt"),
+                key: PathBuf::from("/tls/tls.key"),
+            })
+        );
+        let e = config(&[("MUTANT_API_TLS_CERT_FILE", "/tls/tls.crt")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MUTANT_API_TLS_KEY_FILE is not"), "{e}");
+        let e = config(&[("MUTANT_API_TLS_KEY_FILE", "/tls/tls.key")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MUTANT_API_TLS_CERT_FILE is not"), "{e}");
+        // empty counts as unset
+        assert_eq!(
+            config(&[
+                ("MUTANT_API_TLS_CERT_FILE", ""),
+                ("MUTANT_API_TLS_KEY_FILE", " ")
+            ])
+            .unwrap()
+            .api_tls,
+            None
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //!   most [`ServerConfig::drain_timeout`].
 
 use std::{
-    convert::Infallible, future::Future, io, net::SocketAddr, panic::AssertUnwindSafe,
+    convert::Infallible, future::Future, io, net::SocketAddr, panic::AssertUnwindSafe, sync::Arc,
     time::Duration,
 };
 
@@ -42,6 +42,7 @@ use crate::{Result, shutdown::Shutdown};
 
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 /// The response body type of every handler: the whole body in one buffer.
 pub type Body = Full<Bytes>;
@@ -303,6 +304,25 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
+    serve_tls(name, listener, config, None, shutdown, handler).await
+}
+
+/// [`serve`], speaking HTTPS when `tls` is given: each connection's TLS handshake must finish
+/// within [`ServerConfig::header_read_timeout`], like a request head; one that fails (plain
+/// HTTP, a client that does not trust the certificate) closes the connection.
+pub async fn serve_tls<F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    config: ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: Shutdown,
+    handler: F,
+) -> Result<()>
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let local = listener.local_addr()?;
 
     let max_buf_size = if config.max_header_bytes < MIN_MAX_BUF_SIZE {
@@ -366,12 +386,37 @@ where
             let response = call_guarded(&handler, request);
             async move { Ok::<_, Infallible>(response.await) }
         });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
+        let handshake_timeout = config.header_read_timeout;
         let span = tracing::debug_span!("conn", server = name, peer = %peer);
         connections.spawn(
             async move {
                 tracing::debug!("accepted");
-                match connection.await {
+                let served = match acceptor {
+                    None => {
+                        let connection = builder.serve_connection(TokioIo::new(stream), service);
+                        watcher.watch(connection).await
+                    }
+                    Some(acceptor) => {
+                        let tls =
+                            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream))
+                                .await
+                            {
+                                Ok(Ok(tls)) => tls,
+                                Ok(Err(err)) => {
+                                    tracing::debug!(error = %err, "closed: TLS handshake failed");
+                                    return;
+                                }
+                                Err(_elapsed) => {
+                                    tracing::debug!("closed: TLS handshake not finished in time");
+                                    return;
+                                }
+                            };
+                        let connection = builder.serve_connection(TokioIo::new(tls), service);
+                        watcher.watch(connection).await
+                    }
+                };
+                match served {
                     Ok(()) => tracing::debug!("closed"),
                     Err(err) if err.is_timeout() => {
                         tracing::debug!("closed: request head not received in time");

@@ -56,11 +56,18 @@ async fn server_version(client: &Client) -> Result<k8s_openapi::apimachinery::pk
 /// Connects to the Kubernetes API (service account in a cluster, kubeconfig outside) and runs
 /// until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<()> {
+    // A certificate that cannot be served ends the start here, before anything else.
+    let api_tls = config
+        .api_tls
+        .as_ref()
+        .map(http::tls::server_config)
+        .transpose()?;
     let client = client().await?;
     let version = server_version(&client).await?;
     tracing::info!(
         server = %version.git_version,
         api_addr = %config.api_addr,
+        api_tls = api_tls.is_some(),
         metrics_addr = %config.metrics_addr,
         namespace = config.watch_namespace.as_deref().unwrap_or("(all)"),
         "connected to the Kubernetes API server"
@@ -121,7 +128,7 @@ pub async fn run(config: Config) -> Result<()> {
         misses: Default::default(),
         validations: Default::default(),
     });
-    let api = tokio::spawn(api::serve(state, api_listener, stop));
+    let api = tokio::spawn(api::serve(state, api_listener, api_tls, stop));
 
     shutdown::signal().await?;
     trigger.fire();

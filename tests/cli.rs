@@ -36,6 +36,8 @@ fn version_and_help() {
         "MUTANT_METRICS_ADDR",
         "MUTANT_API_TOKEN",
         "MUTANT_API_INSECURE",
+        "MUTANT_API_TLS_CERT_FILE",
+        "MUTANT_API_TLS_KEY_FILE",
     ] {
         assert!(text.contains(word), "--help should mention {word}:\n{text}");
     }
@@ -66,6 +68,56 @@ fn bad_configuration_exits_non_zero_and_names_the_variable() {
         assert_eq!(out.status.code(), Some(1), "{name}={value}");
         let text = String::from_utf8_lossy(&out.stderr);
         assert!(text.contains(name), "{name}={value}: {text}");
+    }
+}
+
+/// Issue 16: one TLS file without the other, or a certificate and key that do not belong
+/// together, is a start-up error naming the file, before any connection is tried.
+#[test]
+fn a_bad_tls_pair_exits_non_zero_and_names_the_file() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tls");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let key_a = rcgen::KeyPair::generate().unwrap();
+    let cert_a = rcgen::CertificateParams::new(vec!["a.example".to_string()])
+        .unwrap()
+        .self_signed(&key_a)
+        .unwrap();
+    let cert = write("a.crt", cert_a.pem());
+    let other_key = write("b.key", rcgen::KeyPair::generate().unwrap().serialize_pem());
+    let empty = write("empty.crt", String::new());
+    let cases = [
+        (
+            vec![("MUTANT_API_TLS_CERT_FILE", cert.as_str())],
+            "MUTANT_API_TLS_KEY_FILE",
+        ),
+        (
+            vec![
+                ("MUTANT_API_TLS_CERT_FILE", cert.as_str()),
+                ("MUTANT_API_TLS_KEY_FILE", other_key.as_str()),
+            ],
+            "b.key is not the key of the certificate",
+        ),
+        (
+            vec![
+                ("MUTANT_API_TLS_CERT_FILE", empty.as_str()),
+                ("MUTANT_API_TLS_KEY_FILE", other_key.as_str()),
+            ],
+            "empty.crt: no PEM CERTIFICATE block",
+        ),
+    ];
+    for (env, named) in cases {
+        let mut env = env;
+        // Never reaches a cluster: the pair is checked first.
+        env.push(("KUBECONFIG", "/nonexistent/kubeconfig"));
+        let out = mutantops(&["run"], &env);
+        assert_eq!(out.status.code(), Some(1), "{env:?}");
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains(named), "{env:?}: {text}");
     }
 }
 

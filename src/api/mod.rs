@@ -127,14 +127,15 @@ fn check_names(params: &Params<'_>) -> Result<(), ApiError> {
     check("variant label", params.label, validate_label)
 }
 
-/// Serves the API on `listener` until `shutdown`.
+/// Serves the API on `listener` until `shutdown`: HTTPS with `tls`, else plain HTTP.
 pub async fn serve(
     state: Arc<ApiState>,
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: crate::shutdown::Shutdown,
 ) -> crate::Result<()> {
     let config = state.server;
-    http::serve("api", listener, config, shutdown, move |req| {
+    http::serve_tls("api", listener, config, tls, shutdown, move |req| {
         let state = state.clone();
         async move { handle(state, req).await }
     })

@@ -57,6 +57,18 @@ pub async fn request_with(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> Reply {
+    send_raw(port, &raw_request(port, method, path, token, headers, body)).await
+}
+
+/// The bytes of one request (`Connection: close`), as [`request_with`] sends them.
+pub fn raw_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Vec<u8> {
     let mut head =
         format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     if let Some(token) = token {
@@ -75,7 +87,7 @@ pub async fn request_with(
     head.push_str("\r\n");
     let mut raw = head.into_bytes();
     raw.extend_from_slice(body.as_bytes());
-    send_raw(port, &raw).await
+    raw
 }
 
 /// Sends raw bytes and parses the (first) response.

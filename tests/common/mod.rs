@@ -15,6 +15,7 @@
 )]
 
 pub mod http;
+pub mod tls;
 
 use std::{fmt::Debug, future::Future, time::Duration};
 

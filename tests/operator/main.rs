@@ -30,6 +30,7 @@ mod rbac;
 mod replicas;
 mod secret;
 mod steady;
+mod tls;
 
 use std::{
     io::{Read, Seek, SeekFrom},
