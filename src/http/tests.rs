@@ -7,6 +7,7 @@ use std::{
     time::Instant,
 };
 
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use serde::Serializer;
 use tokio::{net::TcpStream, sync::Notify, task::JoinHandle};
