@@ -1,7 +1,7 @@
 //! The metrics and probe listener (`MUTANT_METRICS_ADDR`, default `0.0.0.0:9568`), which the
-//! API's Service does not name: `/metrics` (OpenMetrics text, or Prometheus text 0.0.4 for a
-//! client that asks only for `text/plain`), `/healthz` (the process
-//! answers) and `/readyz` (the caches are synced). Served by the same hardened loop as the API.
+//! API's Service does not name: `/metrics` (Prometheus text 0.0.4, or OpenMetrics for a
+//! client that prefers it, as Prometheus does), `/healthz` (the process answers) and
+//! `/readyz` (the caches are synced). Served by the same hardened loop as the API.
 
 use std::sync::Arc;
 
@@ -116,9 +116,15 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             caches,
         };
-        let open = handle(&state, &Method::GET, "/metrics", None);
+        let open = handle(
+            &state,
+            &Method::GET,
+            "/metrics",
+            Some("application/openmetrics-text;version=1.0.0"),
+        );
         assert_eq!(open.headers()["content-type"], crate::metrics::CONTENT_TYPE);
-        let text = handle(&state, &Method::GET, "/metrics", Some("text/plain"));
+        // Issue 17: no Accept header is the classic text format, as for the Go client.
+        let text = handle(&state, &Method::GET, "/metrics", None);
         assert_eq!(
             text.headers()["content-type"],
             crate::metrics::TEXT_CONTENT_TYPE

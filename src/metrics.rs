@@ -27,7 +27,8 @@
 //! [`Metrics::encode`] gives OpenMetrics text (what Prometheus asks for);
 //! [`Metrics::encode_text`] the same series in Prometheus text 0.0.4, which
 //! `promtool check metrics` (2.x) parses without complaint; [`Metrics::encode_for`] picks by
-//! the request's `Accept` header.
+//! the request's `Accept` header as the Go client library does: text unless OpenMetrics is
+//! asked for.
 //!
 //! Every known label combination of the counters and the histogram is created at start, so
 //! each series exists at 0 before anything happens. The three cache gauges are computed at
@@ -285,19 +286,15 @@ impl Metrics {
         self.encode_with(prometheus_client::encoding::prometheus_text::encode)
     }
 
-    /// The exposition in the format an HTTP `Accept` header asks for, with its `Content-Type`.
-    /// OpenMetrics unless the header accepts `text/plain` and not
-    /// `application/openmetrics-text`: Prometheus (which lists both, OpenMetrics first), a
-    /// missing header and `*/*` get OpenMetrics; `Accept: text/plain` (say, for
-    /// `promtool check metrics`) gets Prometheus text 0.0.4.
+    /// The exposition in the format an HTTP `Accept` header asks for, with its `Content-Type`:
+    /// OpenMetrics when the header prefers it ([`prefers_openmetrics`]: Prometheus does),
+    /// else Prometheus text 0.0.4, also for a missing header and `*/*` (curl's default), so
+    /// `curl -s .../metrics | promtool check metrics` passes as Prometheus documents it.
     pub fn encode_for(&self, accept: Option<&str>) -> (&'static str, String) {
-        let text = accept.is_some_and(|accept| {
-            accepts(accept, "text/plain") && !accepts(accept, "application/openmetrics-text")
-        });
-        if text {
-            (TEXT_CONTENT_TYPE, self.encode_text())
-        } else {
+        if accept.is_some_and(prefers_openmetrics) {
             (CONTENT_TYPE, self.encode())
+        } else {
+            (TEXT_CONTENT_TYPE, self.encode_text())
         }
     }
 
@@ -319,21 +316,31 @@ impl Metrics {
     }
 }
 
-/// Whether an `Accept` header value lists the media type `media` (parameters other than `q`
-/// ignored) with a non-zero quality.
-fn accepts(accept: &str, media: &str) -> bool {
-    accept.split(',').any(|range| {
+/// Whether an `Accept` header value prefers OpenMetrics to the classic text format, decided
+/// as the Go client library decides: of the ranges naming `application/openmetrics-text` or
+/// `text/plain` (other parameters ignored) with a non-zero quality, the one of highest quality
+/// wins, the first listed on a tie; `*/*` and other types do not count.
+fn prefers_openmetrics(accept: &str) -> bool {
+    let mut best: Option<(f64, bool)> = None;
+    for range in accept.split(',') {
         let mut parts = range.split(';').map(str::trim);
-        parts
-            .next()
-            .is_some_and(|name| name.eq_ignore_ascii_case(media))
-            && !parts.any(|param| {
-                param
-                    .strip_prefix("q=")
-                    .and_then(|q| q.parse::<f64>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            })
-    })
+        let name = parts.next().unwrap_or_default();
+        let openmetrics = if name.eq_ignore_ascii_case("application/openmetrics-text") {
+            true
+        } else if name.eq_ignore_ascii_case("text/plain") {
+            false
+        } else {
+            continue;
+        };
+        let quality = parts
+            .find_map(|param| param.strip_prefix("q="))
+            .map_or(Some(1.0), |q| q.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if quality > 0.0 && best.is_none_or(|(q, _)| quality > q) {
+            best = Some((quality, openmetrics));
+        }
+    }
+    best.is_some_and(|(_, openmetrics)| openmetrics)
 }
 
 /// A counter family with every `kind` × `errors` series created at 0.

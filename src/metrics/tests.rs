@@ -394,28 +394,41 @@ fn prometheus_text_format() {
     assert!(!text.contains("# UNIT"));
 }
 
+// Issue 17: text unless OpenMetrics is asked for, as the Go client library negotiates, so
+// `curl -s /metrics | promtool check metrics` (curl sends `Accept: */*`) passes.
 #[test]
 fn negotiates_the_format() {
     let metrics = Metrics::new();
     let prometheus = "application/openmetrics-text;version=1.0.0;q=0.5,\
                       application/openmetrics-text;version=0.0.1;q=0.4,\
                       text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    let prometheus_3 = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                        application/openmetrics-text;version=0.0.1;q=0.5,\
+                        text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,\
+                        text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
     for accept in [
-        None,
-        Some(prometheus),
-        Some("*/*"),
-        Some("application/json"),
+        prometheus,
+        prometheus_3,
+        "application/openmetrics-text",
+        "text/plain;q=0.5, Application/OpenMetrics-Text; version=1.0.0",
+        "application/openmetrics-text, text/plain",
     ] {
-        let (content_type, body) = metrics.encode_for(accept);
+        let (content_type, body) = metrics.encode_for(Some(accept));
         assert_eq!(content_type, super::CONTENT_TYPE, "{accept:?}");
         assert!(body.ends_with("# EOF\n"), "{accept:?}");
     }
     for accept in [
-        "text/plain",
-        "text/plain; version=0.0.4, */*;q=0.1",
-        "Text/Plain, application/openmetrics-text; q=0",
+        None,
+        Some("*/*"),
+        Some("application/json"),
+        Some("text/plain"),
+        Some("text/plain; version=0.0.4, */*;q=0.1"),
+        Some("Text/Plain, application/openmetrics-text; q=0"),
+        Some("application/openmetrics-text;q=0.2, text/plain;q=0.3"),
+        Some("text/plain, application/openmetrics-text"),
+        Some("application/openmetrics-text;q=oops"),
     ] {
-        let (content_type, body) = metrics.encode_for(Some(accept));
+        let (content_type, body) = metrics.encode_for(accept);
         assert_eq!(content_type, super::TEXT_CONTENT_TYPE, "{accept:?}");
         assert!(!body.contains("# EOF"), "{accept:?}");
         assert_line(

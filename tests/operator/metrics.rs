@@ -41,7 +41,19 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     f.wait_status::<Mutation>("m", "2/3", |s| s.summary == "2/3 variants ready")
         .await;
 
-    let reply = common::http::request(port, "GET", "/metrics", None, None).await;
+    // What Prometheus sends gets OpenMetrics.
+    let reply = common::http::request_with(
+        port,
+        "GET",
+        "/metrics",
+        None,
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+        )],
+        None,
+    )
+    .await;
     assert_eq!(reply.status, 200);
     assert!(
         reply
@@ -153,9 +165,19 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{promtool} is needed (apt-get install prometheus): {e}"));
-    // promtool reads the classic text format, which a client asking for text/plain gets.
-    let raw = "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\nConnection: close\r\n\r\n";
-    let text = common::http::send_raw(port, raw.as_bytes()).await;
+    // promtool reads the classic text format, which any client that does not ask for
+    // OpenMetrics gets: no Accept header, or curl's `*/*` (issue 17: `curl -s .../metrics |
+    // promtool check metrics`, as Prometheus documents it).
+    let plain = common::http::request(port, "GET", "/metrics", None, None).await;
+    assert!(
+        plain
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+        "{:?}",
+        plain.headers
+    );
+    let text =
+        common::http::request_with(port, "GET", "/metrics", None, &[("Accept", "*/*")], None).await;
     let content_type = text.header("content-type").unwrap();
     assert!(
         content_type.starts_with("text/plain; version=0.0.4"),
@@ -187,6 +209,23 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     assert!(
         checked.status.success() && said.trim().is_empty(),
         "promtool check metrics: {said}"
+    );
+    // And literally as Prometheus documents it.
+    let piped = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; curl -s http://127.0.0.1:{port}/metrics | {promtool} check metrics"
+        ))
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&piped.stdout),
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert!(
+        piped.status.success() && said.trim().is_empty(),
+        "curl -s .../metrics | promtool check metrics: {said}"
     );
 
     // Counters move: a spec change means more reconciles.
