@@ -233,6 +233,32 @@ async fn the_api_speaks_https_only_to_clients_that_trust_its_ca() {
             "{described}"
         );
     }
+
+    // Rotating a device's token, as the README says: delete the Secret; a new one with a new
+    // token is made, and the old token is refused from then on.
+    let old = own.clone().unwrap_or_default();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = f.ns.api();
+    secrets
+        .delete("m-secret", &Default::default())
+        .await
+        .unwrap();
+    let new = wait_for("a new token", CONVERGE, || async {
+        let token = f.token("m").await;
+        if token == old {
+            Err("still the old token".to_string())
+        } else {
+            Ok(token)
+        }
+    })
+    .await;
+    wait_for("the new token to be accepted", CONVERGE, || async {
+        match call("GET", p("/mutations/m"), Some(new.clone()), None).await {
+            200 => Ok(()),
+            other => Err(other.to_string()),
+        }
+    })
+    .await;
+    assert_eq!(call("GET", p("/mutations/m"), Some(old), None).await, 401);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
