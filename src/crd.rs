@@ -87,6 +87,20 @@ fn default_instances() -> i32 {
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Variants",
+        type_ = "string",
+        json_path = ".status.variantLabels",
+        description = "labels of the variants declared",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "what is wrong with the object as a whole, if anything",
+        priority = "1"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -141,6 +155,20 @@ pub struct MutantDeploymentSpec {
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Variants",
+        type_ = "string",
+        json_path = ".status.variantLabels",
+        description = "labels of the variants declared",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "what is wrong with the object as a whole, if anything",
+        priority = "1"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -235,10 +263,14 @@ pub struct OwnerStatus {
     /// "N/M variants ready".
     #[serde(default)]
     pub summary: String,
-    /// What is wrong with the object as a whole (invalid base, foreign Secret); null when
+    /// What is wrong with the object as a whole (invalid base, foreign Secret); absent when
     /// nothing is.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The declared variants' labels, comma-separated in spec order: kubectl's `VARIANTS`
+    /// column (`-o wide`), which can show one value per object, not a list.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub variant_labels: String,
     /// One entry per declared variant, in spec order.
     #[serde(default)]
     pub variants: Vec<VariantStatus>,

@@ -241,6 +241,8 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
             "2025-01-01T00:00:00Z",
         )],
         variants,
+        // (not read by the health check)
+        ..OwnerStatus::default()
     });
     m
 }

@@ -112,6 +112,12 @@ pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
         secret: found.secret,
         summary: summary(&found.variants),
         message: (!messages.is_empty()).then(|| messages.join("; ")),
+        variant_labels: found
+            .variants
+            .iter()
+            .map(|v| v.label.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
         variants: found.variants,
         conditions: vec![condition],
     }

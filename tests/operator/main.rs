@@ -22,6 +22,7 @@ mod conflicts;
 mod connect;
 mod examples;
 mod invalid;
+mod kubectl;
 mod leader;
 mod lifecycle;
 mod metrics;

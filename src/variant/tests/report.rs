@@ -106,14 +106,15 @@ fn while_the_base_is_invalid_variants_are_held_with_their_running_replicas() {
 // R3, R11, R12
 #[test]
 fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
-    let variants = vec![VariantStatus {
+    let ready = VariantStatus {
         label: "a".into(),
         state: VariantState::Ready,
         message: None,
         deployment: "web-a".into(),
         replicas: 1,
         ready_replicas: 1,
-    }];
+    };
+    let variants = vec![ready.clone()];
     let first = owner_status(Findings {
         previous: &OwnerStatus::default(),
         generation: Some(2),
@@ -125,6 +126,7 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
     });
     assert_eq!(first.summary, "1/1 variants ready");
     assert_eq!(first.message, None);
+    assert_eq!(first.variant_labels, "a");
     assert_eq!(first.observed_generation, Some(2));
     assert_eq!(first.conditions[0].last_transition_time, "t1");
     // the same findings later: an equal status, so nothing is written (R12)
@@ -157,4 +159,34 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
         json!("InvalidBase")
     );
     assert_eq!(broken.conditions[0].last_transition_time, "t3");
+    // no message and no variants: both fields are left out (kubectl shows <none>)
+    let fields = serde_json::to_value(&broken).unwrap_or_default();
+    assert!(fields.get("variantLabels").is_none(), "{fields}");
+    assert!(fields.get("message").is_some(), "{fields}");
+    let quiet = serde_json::to_value(&again).unwrap_or_default();
+    assert!(quiet.get("message").is_none(), "{quiet}");
+}
+
+// issue 17: the VARIANTS column lists every declared variant, in spec order, invalid ones too
+#[test]
+fn the_owner_status_lists_the_declared_labels() {
+    let variants = vec![
+        crate::crd::fixtures::variant_status("b", VariantState::Ready, 1),
+        crate::crd::fixtures::variant_status("Bad", VariantState::Invalid, 0),
+        crate::crd::fixtures::variant_status("a", VariantState::Conflict, 0),
+    ];
+    let status = owner_status(Findings {
+        previous: &OwnerStatus::default(),
+        generation: Some(1),
+        secret: None,
+        base_error: None,
+        problems: Vec::new(),
+        variants,
+        now: "t1",
+    });
+    assert_eq!(status.variant_labels, "b,Bad,a");
+    assert_eq!(
+        serde_json::to_value(&status).unwrap_or_default()["variantLabels"],
+        json!("b,Bad,a")
+    );
 }
