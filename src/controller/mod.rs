@@ -141,6 +141,8 @@ where
                         if matches!(err, kube::runtime::controller::Error::ObjectNotFound(_)) {
                             // An event for an owner deleted meanwhile: nothing to reconcile.
                             tracing::debug!(kind, error, "owner gone before its reconcile");
+                        } else if watch_expired(&err) {
+                            tracing::info!(kind, error, "watch expired; listing again");
                         } else {
                             tracing::warn!(kind, error, "controller error");
                         }
@@ -181,6 +183,18 @@ async fn timed_reconcile<K: OwnerResource>(
         tracing::debug!(kind = K::KIND.kind(), %object, "reconciled");
     }
     result
+}
+
+/// A watch whose resourceVersion the API server no longer has (410 Expired, after each etcd
+/// compaction or an API server restart): expected, and the watcher lists again by itself.
+fn watch_expired<E>(
+    err: &kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+) -> bool {
+    matches!(
+        err,
+        kube::runtime::controller::Error::QueueError(kube::runtime::watcher::Error::WatchError(status))
+            if status.code == 410
+    )
 }
 
 /// A failed reconcile is logged and retried after [`RETRY_AFTER`]: at warn, unless the failure
@@ -241,5 +255,31 @@ pub fn start(
     );
     async move {
         futures::join!(run_md, run_mutations);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::{
+        core::Status,
+        runtime::{controller::Error as ControllerError, watcher},
+    };
+
+    use super::watch_expired;
+
+    fn watch_error(code: u16, reason: &str) -> ControllerError<std::io::Error, watcher::Error> {
+        let mut status = Status::failure("too old resource version: 1 (2)", reason);
+        status.code = code;
+        ControllerError::QueueError(watcher::Error::WatchError(Box::new(status)))
+    }
+
+    // issue 15, item 8: a watch compacted away is expected (info), other watch errors are not
+    #[test]
+    fn only_an_expired_watch_is_expected() {
+        assert!(watch_expired(&watch_error(410, "Expired")));
+        assert!(!watch_expired(&watch_error(500, "InternalError")));
+        let no_version: ControllerError<std::io::Error, _> =
+            ControllerError::QueueError(watcher::Error::NoResourceVersion);
+        assert!(!watch_expired(&no_version));
     }
 }
