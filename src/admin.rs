@@ -61,6 +61,8 @@ pub async fn serve(
         "metrics",
         listener,
         ServerConfig::default(),
+        // /metrics and the probes stay plain HTTP, whatever the API speaks
+        None,
         shutdown,
         move |req: Request<Incoming>| {
             let state = state.clone();

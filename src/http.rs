@@ -227,26 +227,13 @@ where
 /// accepting (the listener is closed at once) and drains in-flight requests for at most
 /// [`ServerConfig::drain_timeout`]; connections still open after that are closed.
 ///
+/// With `tls` it speaks HTTPS only: each connection's TLS handshake must finish within
+/// [`ServerConfig::header_read_timeout`], like a request head; one that fails (plain HTTP, a
+/// client that does not trust the certificate) closes the connection.
+///
 /// `name` (for example `"api"` or `"metrics"`) labels the logs. Each connection runs in its
 /// own task inside a `conn` span with the server name and the peer address.
 pub async fn serve<F, Fut>(
-    name: &'static str,
-    listener: TcpListener,
-    config: ServerConfig,
-    shutdown: Shutdown,
-    handler: F,
-) -> Result<()>
-where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<Body>> + Send + 'static,
-{
-    serve_tls(name, listener, config, None, shutdown, handler).await
-}
-
-/// [`serve`], speaking HTTPS when `tls` is given: each connection's TLS handshake must finish
-/// within [`ServerConfig::header_read_timeout`], like a request head; one that fails (plain
-/// HTTP, a client that does not trust the certificate) closes the connection.
-pub async fn serve_tls<F, Fut>(
     name: &'static str,
     listener: TcpListener,
     config: ServerConfig,

@@ -135,7 +135,7 @@ pub async fn serve(
     shutdown: crate::shutdown::Shutdown,
 ) -> crate::Result<()> {
     let config = state.server;
-    http::serve_tls("api", listener, config, tls, shutdown, move |req| {
+    http::serve("api", listener, config, tls, shutdown, move |req| {
         let state = state.clone();
         async move { handle(state, req).await }
     })

@@ -10,7 +10,12 @@ use std::{
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use serde::Serializer;
-use tokio::{net::TcpStream, sync::Notify, task::JoinHandle};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpStream,
+    sync::Notify,
+    task::JoinHandle,
+};
 
 use super::*;
 use crate::shutdown::{self, Trigger};
@@ -75,9 +80,14 @@ async fn start(config: ServerConfig) -> Server {
     let (trigger, down) = shutdown::channel();
     let slow_started = Arc::new(Notify::new());
     let slow = slow_started.clone();
-    let task = tokio::spawn(serve("test", listener, config, down, move |request| {
-        route(request, config, slow.clone())
-    }));
+    let task = tokio::spawn(serve(
+        "test",
+        listener,
+        config,
+        None,
+        down,
+        move |request| route(request, config, slow.clone()),
+    ));
     Server {
         addr,
         trigger,
@@ -86,75 +96,47 @@ async fn start(config: ServerConfig) -> Server {
     }
 }
 
-// The crate's tokio has no `io-util` feature (no `AsyncReadExt`/`AsyncWriteExt`), so the raw
-// clients use the readiness API of `TcpStream` directly.
-
-/// Writes all of `bytes`.
-async fn write_all(stream: &TcpStream, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        stream.writable().await.unwrap();
-        match stream.try_write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-            Err(err) => panic!("write failed: {err}"),
-        }
-    }
-}
-
-/// Reads at most `buf.len()` bytes (at least one unless the peer closed).
-async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        match stream.try_read(buf) {
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-            other => return other,
-        }
-    }
-}
-
-/// Reads until the server closes the connection (bounded by [`DEADLINE`]).
-async fn read_all(stream: &TcpStream) -> String {
-    let read = async {
-        let mut all = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match read_some(stream, &mut buf).await.expect("read failed") {
-                0 => return all,
-                n => all.extend_from_slice(&buf[..n]),
-            }
-        }
-    };
-    let all = tokio::time::timeout(DEADLINE, read)
-        .await
-        .expect("the server did not close the connection in time");
-    String::from_utf8_lossy(&all).into_owned()
-}
+// The raw client is the integration tests' own, included here; what follows adapts it to a
+// server address and reads the answers for the asserts.
+#[allow(
+    dead_code,
+    reason = "shared with the integration tests, which use all of it"
+)]
+#[path = "../../tests/common/http.rs"]
+mod wire;
 
 /// Sends `request` on a new connection and reads until the server closes it.
 async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    write_all(&stream, request).await;
-    read_all(&stream).await
+    wire::exchange(addr.port(), request).await
+}
+
+/// Writes all of `bytes` on an open connection.
+async fn write_all(stream: &mut TcpStream, bytes: &[u8]) {
+    stream.write_all(bytes).await.unwrap();
+}
+
+/// Reads until the server closes the connection (bounded by [`DEADLINE`]).
+async fn read_all(stream: &mut TcpStream) -> String {
+    let (out, read) = wire::read_until_closed(stream, DEADLINE).await;
+    read.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The status codes of every response in `raw`, in order.
 fn statuses(raw: &str) -> Vec<u16> {
-    raw.split("HTTP/1.")
-        .skip(1)
-        .filter_map(|rest| rest.get(2..5)?.parse().ok())
-        .collect()
+    let responses = wire::responses(raw.as_bytes());
+    responses.iter().map(|r| r.status).collect()
 }
 
-/// The body of the last response in `raw` (after the last blank line).
-fn last_body(raw: &str) -> &str {
-    raw.rsplit("\r\n\r\n").next().unwrap_or_default()
+/// The body of the last response in `raw`.
+fn last_body(raw: &str) -> String {
+    let mut responses = wire::responses(raw.as_bytes());
+    responses.pop().map(|r| r.body).unwrap_or_default()
 }
 
-fn header<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
-    raw.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        key.eq_ignore_ascii_case(name).then(|| value.trim())
-    })
+/// A header of the first response in `raw`.
+fn header(raw: &str, name: &str) -> Option<String> {
+    wire::parse(raw)?.header(name).map(str::to_owned)
 }
 
 async fn body_string(response: Response<Body>) -> String {
@@ -171,7 +153,10 @@ async fn get_answers_json() {
     )
     .await;
     assert_eq!(statuses(&raw), [200], "{raw}");
-    assert_eq!(header(&raw, "content-type"), Some("application/json"));
+    assert_eq!(
+        header(&raw, "content-type").as_deref(),
+        Some("application/json")
+    );
     assert_eq!(last_body(&raw), r#"{"ok":true}"#);
 }
 
@@ -192,7 +177,7 @@ async fn unknown_path_and_wrong_method() {
     )
     .await;
     assert_eq!(statuses(&raw), [405], "{raw}");
-    assert_eq!(header(&raw, "allow"), Some("GET"));
+    assert_eq!(header(&raw, "allow").as_deref(), Some("GET"));
 }
 
 #[tokio::test]
@@ -270,11 +255,11 @@ async fn malformed_chunked_body_is_400() {
 #[tokio::test]
 async fn slow_header_is_disconnected() {
     let server = start(test_config()).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
     let began = Instant::now();
     // Half a head, then nothing: a slowloris client.
-    write_all(&stream, b"GET / HTTP/1.1\r\nHost: t\r\n").await;
-    let raw = read_all(&stream).await;
+    write_all(&mut stream, b"GET / HTTP/1.1\r\nHost: t\r\n").await;
+    let raw = read_all(&mut stream).await;
     // Hyper closes the connection without an answer when the head does not arrive in time.
     assert_eq!(raw, "");
     assert!(
@@ -286,23 +271,23 @@ async fn slow_header_is_disconnected() {
 #[tokio::test]
 async fn idle_keep_alive_connection_is_closed() {
     let server = start(test_config()).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    write_all(&stream, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&mut stream, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     // The header read timeout also runs while waiting for the next request.
-    let raw = read_all(&stream).await;
+    let raw = read_all(&mut stream).await;
     assert_eq!(statuses(&raw), [200], "{raw}");
 }
 
 #[tokio::test]
 async fn slow_body_is_408() {
     let server = start(test_config()).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
     write_all(
-        &stream,
+        &mut stream,
         b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789",
     )
     .await;
-    let raw = read_all(&stream).await;
+    let raw = read_all(&mut stream).await;
     assert_eq!(statuses(&raw), [408], "{raw}");
     assert_eq!(
         last_body(&raw),

@@ -1,4 +1,5 @@
-//! The one raw HTTP/1.1 client of the integration tests, over a plain TCP stream: one request
+//! The one raw HTTP/1.1 client of the tests (the crate's own unit tests of the server loop
+//! include this file too), over a plain TCP stream: one request
 //! per connection (`Connection: close`) with [`request`], or any bytes with [`exchange`], and
 //! the parsers of what comes back ([`parse`] for the first response, [`responses`] for every
 //! response of a pipelined exchange), so the operator's API is tested exactly as bytes go over
@@ -103,9 +104,23 @@ pub async fn exchange(port: u16, raw: &[u8]) -> String {
     // the rest is still being written: the write then fails, and the answer is still there to
     // read (up to a reset, which can cut it short: then what arrived is what counts).
     let written = stream.write_all(raw).await;
+    let (out, read) = read_until_closed(&mut stream, Duration::from_secs(30)).await;
+    if out.is_empty() {
+        written.unwrap();
+        read.unwrap();
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// Reads what arrives on `stream` until the server closes it: the bytes, and how the reading
+/// ended (an error such as a reset after an early answer). Panics after `limit`.
+pub async fn read_until_closed(
+    stream: &mut TcpStream,
+    limit: Duration,
+) -> (Vec<u8>, std::io::Result<()>) {
     let mut out = Vec::new();
     let mut buf = [0u8; 8192];
-    let read = tokio::time::timeout(Duration::from_secs(30), async {
+    let read = tokio::time::timeout(limit, async {
         loop {
             match stream.read(&mut buf).await {
                 Ok(0) => return Ok(()),
@@ -115,12 +130,8 @@ pub async fn exchange(port: u16, raw: &[u8]) -> String {
         }
     })
     .await
-    .expect("the server must answer and close within 30 s");
-    if out.is_empty() {
-        written.unwrap();
-        read.unwrap();
-    }
-    String::from_utf8_lossy(&out).to_string()
+    .unwrap_or_else(|_| panic!("the server must answer and close within {limit:?}"));
+    (out, read)
 }
 
 /// A response head: version, status, headers (lower-case names) and where the body starts.

@@ -3,15 +3,29 @@
 
 use super::*;
 
-#[tokio::test]
-async fn shutdown_drains_in_flight_requests_and_refuses_new_ones() {
-    let server = start(test_config()).await;
-    let in_flight = TcpStream::connect(server.addr).await.unwrap();
-    write_all(&in_flight, b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await;
+/// Starts a server with `config` and a `/slow` request on it; returns once the handler runs.
+async fn slow_request_in_flight(config: ServerConfig) -> (Server, TcpStream) {
+    let server = start(config).await;
+    let mut in_flight = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&mut in_flight, b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await;
     tokio::time::timeout(DEADLINE, server.slow_started.notified())
         .await
         .expect("the slow request did not start");
+    (server, in_flight)
+}
 
+/// Waits for `serve` to return after its shutdown; it must return Ok.
+async fn returned(task: JoinHandle<crate::Result<()>>) {
+    let result = tokio::time::timeout(DEADLINE, task)
+        .await
+        .expect("serve did not return after its shutdown")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn shutdown_drains_in_flight_requests_and_refuses_new_ones() {
+    let (server, mut in_flight) = slow_request_in_flight(test_config()).await;
     server.trigger.fire();
 
     // The listener is closed first: new connections are refused. (A connect racing the
@@ -33,15 +47,10 @@ async fn shutdown_drains_in_flight_requests_and_refuses_new_ones() {
 
     // The request in flight still completes; its connection is then closed (no keep-alive
     // during shutdown), so reading to the end terminates.
-    let raw = read_all(&in_flight).await;
+    let raw = read_all(&mut in_flight).await;
     assert_eq!(statuses(&raw), [200], "{raw}");
     assert_eq!(last_body(&raw), r#"{"slow":true}"#);
-
-    let result = tokio::time::timeout(DEADLINE, server.task)
-        .await
-        .expect("serve did not return after draining")
-        .unwrap();
-    assert!(result.is_ok(), "{result:?}");
+    returned(server.task).await;
 }
 
 #[tokio::test]
@@ -50,39 +59,26 @@ async fn shutdown_closes_idle_connections_at_once() {
     // Long enough that only the graceful shutdown can close the connection in time.
     config.header_read_timeout = Duration::from_secs(30);
     let server = start(config).await;
-    let idle = TcpStream::connect(server.addr).await.unwrap();
-    write_all(&idle, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let mut idle = TcpStream::connect(server.addr).await.unwrap();
+    write_all(&mut idle, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let mut first = [0u8; 12];
-    let n = read_some(&idle, &mut first).await.unwrap();
+    let n = idle.read(&mut first).await.unwrap();
     assert_eq!(&first[..n], &b"HTTP/1.1 200"[..n]);
     assert!(n > 0);
 
     server.trigger.fire();
-    read_all(&idle).await;
-    let result = tokio::time::timeout(DEADLINE, server.task)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(result.is_ok(), "{result:?}");
+    read_all(&mut idle).await;
+    returned(server.task).await;
 }
 
 #[tokio::test]
 async fn drain_timeout_bounds_shutdown() {
     let mut config = test_config();
     config.drain_timeout = Duration::from_millis(50);
-    let server = start(config).await;
-    let in_flight = TcpStream::connect(server.addr).await.unwrap();
-    write_all(&in_flight, b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await;
-    tokio::time::timeout(DEADLINE, server.slow_started.notified())
-        .await
-        .expect("the slow request did not start");
+    let (server, mut in_flight) = slow_request_in_flight(config).await;
     server.trigger.fire();
-    let result = tokio::time::timeout(DEADLINE, server.task)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(result.is_ok(), "{result:?}");
+    returned(server.task).await;
     // The slow handler needs 300 ms; serve gives up after the 50 ms drain timeout and closes
     // the connection without an answer.
-    assert_eq!(read_all(&in_flight).await, "");
+    assert_eq!(read_all(&mut in_flight).await, "");
 }
