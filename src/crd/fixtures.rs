@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{Mutation, MutationSpec, Variant, VariantState, VariantStatus};
+use super::{
+    MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, Variant, VariantState,
+    VariantStatus,
+};
 
 /// A variant's status line, of Deployment `web-<label>`, asking for one replica.
 pub(crate) fn variant_status(label: &str, state: VariantState, ready: i32) -> VariantStatus {
@@ -18,12 +21,42 @@ pub(crate) fn variant_status(label: &str, state: VariantState, ready: i32) -> Va
     }
 }
 
+/// Variant `label` with `env`, asking for `instances`.
+pub(crate) fn variant(label: &str, env: &[(&str, &str)], instances: i32) -> Variant {
+    Variant {
+        label: label.into(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        instances,
+    }
+}
+
+/// The minimal base both owner fixtures run.
+fn minimal_base() -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment"})
+}
+
+/// MutantDeployment `name` in namespace `default`, of a minimal base, with `variants`.
+pub(crate) fn mutant_deployment(name: &str, variants: Vec<Variant>) -> MutantDeployment {
+    let mut md = MutantDeployment::new(
+        name,
+        MutantDeploymentSpec {
+            deployment: (&minimal_base()).into(),
+            mutations: variants,
+        },
+    );
+    md.metadata.namespace = Some("default".into());
+    md
+}
+
 /// Mutation `name` in namespace `default`, of a minimal base, with `variants`.
 pub(crate) fn mutation(name: &str, variants: Vec<Variant>) -> Mutation {
     let mut m = Mutation::new(
         name,
         MutationSpec {
-            deployment: (&json!({"apiVersion": "apps/v1", "kind": "Deployment"})).into(),
+            deployment: (&minimal_base()).into(),
             variants,
         },
     );

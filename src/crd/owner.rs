@@ -18,6 +18,10 @@ pub enum OwnerKind {
     Mutation,
 }
 
+/// The kind and apiVersion strings are also what `#[kube(...)]` gives [`Resource::kind`] and
+/// [`Resource::api_version`] of the two types; those return a `Cow` from a function, and the
+/// metric labels and logs need `&'static str`, so they are written here once more and a test
+/// holds them equal to kube's.
 impl OwnerKind {
     /// The Kubernetes kind: `MutantDeployment` or `Mutation`.
     pub fn kind(self) -> &'static str {
@@ -85,5 +89,34 @@ impl OwnerResource for Mutation {
     }
     fn owner_status(&self) -> Option<&OwnerStatus> {
         self.status.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings<K: OwnerResource>() -> (String, String, &'static str, &'static str) {
+        (
+            K::kind(&()).into_owned(),
+            K::api_version(&()).into_owned(),
+            K::KIND.kind(),
+            K::KIND.api_version(),
+        )
+    }
+
+    #[test]
+    fn kinds_and_api_versions_are_kubes() {
+        for (kube_kind, kube_version, kind, version) in
+            [strings::<MutantDeployment>(), strings::<Mutation>()]
+        {
+            assert_eq!(kind, kube_kind);
+            assert_eq!(version, kube_version);
+        }
+        assert_eq!(
+            OwnerKind::MutantDeployment.label_value(),
+            "mutantdeployment"
+        );
+        assert_eq!(OwnerKind::Mutation.label_value(), "mutation");
     }
 }

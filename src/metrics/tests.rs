@@ -4,8 +4,7 @@ use kube::runtime::{reflector, watcher};
 
 use super::{CacheView, Metrics, process};
 use crate::crd::{
-    MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerKind, OwnerStatus,
-    Variant, VariantState, fixtures,
+    MutantDeployment, Mutation, OwnerKind, OwnerStatus, Variant, VariantState, fixtures,
 };
 
 fn lines(text: &str) -> Vec<&str> {
@@ -20,35 +19,20 @@ fn assert_line(text: &str, line: &str) {
     );
 }
 
-fn variant(label: &str) -> Variant {
-    Variant {
-        label: label.into(),
-        env: Default::default(),
-        instances: 1,
-    }
+/// One instance of each label.
+fn variants(labels: &[&str]) -> Vec<Variant> {
+    labels
+        .iter()
+        .map(|l| fixtures::variant(l, &[], 1))
+        .collect()
 }
 
 fn mutant_deployment(name: &str, labels: &[&str]) -> MutantDeployment {
-    let mut md = MutantDeployment::new(
-        name,
-        MutantDeploymentSpec {
-            deployment: (&serde_json::json!({})).into(),
-            mutations: labels.iter().map(|l| variant(l)).collect(),
-        },
-    );
-    md.metadata.namespace = Some("default".into());
-    md
+    fixtures::mutant_deployment(name, variants(labels))
 }
 
 fn mutation(name: &str, labels: &[&str], states: &[VariantState]) -> Mutation {
-    let mut m = Mutation::new(
-        name,
-        MutationSpec {
-            deployment: (&serde_json::json!({})).into(),
-            variants: labels.iter().map(|l| variant(l)).collect(),
-        },
-    );
-    m.metadata.namespace = Some("default".into());
+    let mut m = fixtures::mutation(name, variants(labels));
     m.status = Some(OwnerStatus {
         variants: labels
             .iter()

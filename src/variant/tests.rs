@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::{Value, json};
 
 use super::*;
-use crate::crd::{OwnerKind, Variant};
+use crate::crd::{OwnerKind, fixtures::variant};
 
 mod build;
 mod report;
@@ -18,17 +18,6 @@ fn owner() -> Owner {
         name: "snap".into(),
         namespace: "team".into(),
         uid: "uid-1".into(),
-    }
-}
-
-fn variant(label: &str, env: &[(&str, &str)], instances: i32) -> Variant {
-    Variant {
-        label: label.into(),
-        env: env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        instances,
     }
 }
 
