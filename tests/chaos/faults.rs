@@ -34,7 +34,7 @@ pub(crate) async fn chaos(ctx: Arc<Ctx>, mut rng: Rng, until: Instant, started: 
                 let pause = rng.millis(0, 2000);
                 let start_later = async {
                     tokio::time::sleep(pause).await;
-                    operator.start();
+                    operator.launch();
                 };
                 tokio::join!(ctx.restart_apiserver(), start_later);
             }

@@ -50,7 +50,6 @@ use std::{
     fmt::Write as _,
     io::Write as _,
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -123,9 +122,15 @@ async fn chaos_converges() {
     let script = cluster_script();
     let ns = TestNamespace::new("chaos").await;
     common::install_crds(&ns.client).await;
-    let mut operator = OperatorProcess::new(&ns.name);
+    // Fixed ports and one log across restarts, as a pod behind its Service.
+    let operator = common::Operator::start_with(
+        &ns.name,
+        &[
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("MUTANT_LEASE_DURATION_SECONDS", LEASE_SECONDS),
+        ],
+    );
     let api_port = operator.api_port;
-    operator.start();
     say(&format!(
         "chaos: namespace {}, operator log {}",
         ns.name,

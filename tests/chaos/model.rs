@@ -245,7 +245,7 @@ pub(crate) struct Ctx {
     pub(crate) ns: String,
     pub(crate) api_port: u16,
     pub(crate) script: PathBuf,
-    pub(crate) operator: tokio::sync::Mutex<OperatorProcess>,
+    pub(crate) operator: tokio::sync::Mutex<common::Operator>,
     pub(crate) stats: Mutex<Stats>,
 }
 
@@ -283,7 +283,7 @@ impl Ctx {
             }
         }
         tokio::time::sleep(pause).await;
-        operator.start();
+        operator.launch();
     }
 
     /// Restarts the operator if it exited by itself, as the kubelet would.
@@ -298,7 +298,7 @@ impl Ctx {
             say(&format!("chaos: {text}"));
             self.stats.lock().unwrap().self_exits.push(text);
             tokio::time::sleep(Duration::from_secs(1)).await;
-            operator.start();
+            operator.launch();
         }
     }
 

@@ -275,13 +275,17 @@ pub async fn install_crds(client: &Client) {
 }
 
 /// A `mutantops` process (the real binary) reconciling one namespace, with its log in a file.
-/// Dropping it kills the process; when a test fails, the log's tail is printed.
+/// It can be killed and launched again on the same ports and log (as a pod behind its
+/// Service). Dropping it kills the process; when a test fails, the log's tail is printed.
 pub struct Operator {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
     pub log: std::path::PathBuf,
     namespace: String,
+    env: Vec<(String, String)>,
     pub api_port: u16,
     pub metrics_port: u16,
+    /// How many times the process was launched.
+    pub starts: u32,
 }
 
 impl Operator {
@@ -317,7 +321,7 @@ impl Operator {
                 {
                     return operator;
                 }
-                if let Ok(Some(_)) = operator.child.try_wait() {
+                if operator.exited().is_some() {
                     if text.contains("cannot listen") && attempt < 5 {
                         break;
                     }
@@ -333,47 +337,81 @@ impl Operator {
     fn spawn(namespace: &str, env: &[(&str, &str)]) -> Operator {
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
         std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join(format!("{namespace}-{}.log", random_suffix()));
-        let file = std::fs::File::create(&log).unwrap();
-        let (api_port, metrics_port) = (free_port(), free_port());
+        let mut operator = Operator {
+            child: None,
+            log: dir.join(format!("{namespace}-{}.log", random_suffix())),
+            namespace: namespace.to_string(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            api_port: free_port(),
+            metrics_port: free_port(),
+            starts: 0,
+        };
+        operator.launch();
+        operator
+    }
+
+    /// Launches the process (again, after [`Operator::kill`] or its own exit): the same
+    /// environment, ports and log, which gets a line marking each start.
+    pub fn launch(&mut self) {
+        self.kill();
+        self.starts += 1;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        if self.starts > 1 {
+            use std::io::Write;
+            writeln!(file, "=== operator start #{} ===", self.starts).unwrap();
+        }
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mutantops"));
         command
-            .env("MUTANT_WATCH_NAMESPACE", namespace)
-            .env("MUTANT_API_ADDR", format!("127.0.0.1:{api_port}"))
-            .env("MUTANT_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+            .env("MUTANT_WATCH_NAMESPACE", &self.namespace)
+            .env("MUTANT_API_ADDR", format!("127.0.0.1:{}", self.api_port))
+            .env(
+                "MUTANT_METRICS_ADDR",
+                format!("127.0.0.1:{}", self.metrics_port),
+            )
             .env("RUST_LOG", "info,mutantops=debug")
             .env_remove("MUTANT_API_TOKEN")
             .env_remove("MUTANT_API_INSECURE")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
             .stdout(std::process::Stdio::null())
             .stderr(file);
-        for (key, value) in env {
+        for (key, value) in &self.env {
             command.env(key, value);
         }
-        let child = command.spawn().unwrap();
-        Operator {
-            child,
-            log,
-            namespace: namespace.to_string(),
-            api_port,
-            metrics_port,
-        }
+        self.child = Some(command.spawn().unwrap());
     }
 
     /// Kills the process with SIGKILL, as a crash or OOM kill would, and waits for it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The exit status, once the process has exited by itself (then it is reaped).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
     }
 
     /// Sends SIGTERM and waits up to `timeout` for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let pid = self.child.id().to_string();
+        let pid = self.child.as_ref()?.id().to_string();
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &pid])
             .status();
         let deadline = std::time::Instant::now() + timeout;
         while std::time::Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Some(status) = self.exited() {
                 return Some(status);
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -393,7 +431,7 @@ impl Drop for Operator {
         if std::thread::panicking() {
             let text = self.log_text();
             let lines: Vec<&str> = text.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(60)..];
+            let tail = &lines[lines.len().saturating_sub(80)..];
             eprintln!(
                 "--- last lines of the operator log for {} ({}) ---\n{}",
                 self.namespace,
