@@ -27,6 +27,7 @@ mod leader;
 mod lifecycle;
 mod metrics;
 mod poison;
+mod prometheus;
 mod rbac;
 mod replicas;
 mod secret;
