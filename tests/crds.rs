@@ -11,22 +11,29 @@ mod common;
 use std::path::Path;
 
 /// R2: a change to the Rust types that is not regenerated into deploy/ fails here.
-/// Regenerate with: `cargo run -- crd` split per file, or `UPDATE_CRDS=1 cargo test --test crds`.
+/// Regenerate with: `cargo run -- crd` split per file, or `UPDATE_CRDS=1 cargo test --test crds`
+/// (which writes the Helm chart's copies too).
 #[test]
 fn checked_in_crds_match_the_rust_types() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // deploy/crds/ and the Helm chart's copies (Helm installs what is in a chart's crds/).
+    let dirs = [
+        root.join("deploy/crds"),
+        root.join("deploy/chart/mutantops/crds"),
+    ];
     for (name, yaml) in mutantops::crd::crd_files().unwrap() {
-        let path = dir.join(&name);
-        if std::env::var_os("UPDATE_CRDS").is_some() {
-            std::fs::write(&path, &yaml).unwrap();
+        for path in dirs.iter().map(|dir| dir.join(&name)) {
+            if std::env::var_os("UPDATE_CRDS").is_some() {
+                std::fs::write(&path, &yaml).unwrap();
+            }
+            let checked_in = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                checked_in == yaml,
+                "{} drifted from the Rust types: run `UPDATE_CRDS=1 cargo test --test crds`",
+                path.display()
+            );
         }
-        let checked_in =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(
-            checked_in == yaml,
-            "{} drifted from the Rust types: run `UPDATE_CRDS=1 cargo test --test crds`",
-            path.display()
-        );
     }
 }
 

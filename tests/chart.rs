@@ -1,0 +1,593 @@
+//! deploy/chart/mutantops/: the Helm chart renders deploy/operator.yml (default values: every
+//! object but the Namespace, equal but for Helm's labels), carries deploy/crds/ unchanged,
+//! renders its values where values.yaml says and installs on the real control plane; the k3s
+//! example (deploy/chart/helmchart-k3s.yaml) names this chart and only values it has.
+//! Helm comes from `scripts/helm` (built once from the Go module proxy), kubectl from
+//! `$KUBECTL` or the PATH; tests that need them are ignored in a plain `cargo test`
+//! (`scripts/test` runs them with `--include-ignored`) and fail without them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a failed step must fail the test"
+)]
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::Pod,
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
+use kube::api::ListParams;
+use serde::Deserialize as _;
+use serde_yaml::Value;
+
+const CHART: &str = "deploy/chart/mutantops";
+/// Labels the chart adds for Helm that operator.yml does not carry.
+const HELM_LABELS: [&str; 4] = [
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &str) -> String {
+    let path = repo().join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The documents of a YAML stream, without empty ones.
+fn parse(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{e}:\n{text}")))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// A process's stdout and stderr.
+fn text(output: &Output) -> String {
+    let [out, err] = [&output.stdout, &output.stderr].map(|b| String::from_utf8_lossy(b));
+    format!("{out}{err}")
+}
+
+/// Runs `scripts/helm ARGS` in the repository; its stdout, or a panic with its output.
+fn helm(args: &[&str]) -> String {
+    let output = Command::new(repo().join("scripts/helm"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run scripts/helm: {e}"));
+    assert!(
+        output.status.success(),
+        "`scripts/helm {}` failed ({}):\n{}",
+        args.join(" "),
+        output.status,
+        text(&output)
+    );
+    String::from_utf8(output.stdout).expect("helm's output is UTF-8")
+}
+
+/// `helm template RELEASE CHART --namespace NAMESPACE EXTRA...`, parsed.
+fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["template", release, CHART, "--namespace", namespace];
+    args.extend_from_slice(extra);
+    let docs = parse(&helm(&args));
+    let named = |d: &Value| d["kind"].is_string() && d["metadata"]["name"].is_string();
+    assert!(docs.iter().all(named), "an object without kind or name");
+    docs
+}
+
+/// Runs kubectl (`$KUBECTL`, else the PATH's) with the words of `line`, `input` on stdin.
+fn kubectl(line: &str, input: &str) -> Output {
+    use std::io::Write as _;
+    let program = std::env::var("KUBECTL")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .unwrap_or_else(|| "kubectl".to_string());
+    let mut child = Command::new(&program)
+        .args(line.split_whitespace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}; set KUBECTL or put it on the PATH"));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// `--set` for each of `values`.
+fn set<'a>(values: &[&'a str]) -> Vec<&'a str> {
+    values.iter().flat_map(|v| ["--set", v]).collect()
+}
+
+/// (kind, name) of an object.
+fn key(object: &Value) -> (String, String) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    (text(&object["kind"]), text(&object["metadata"]["name"]))
+}
+
+fn by_key(docs: &[Value]) -> BTreeMap<(String, String), &Value> {
+    let map: BTreeMap<_, _> = docs.iter().map(|d| (key(d), d)).collect();
+    assert_eq!(map.len(), docs.len(), "an object is there twice");
+    map
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| key(d) == (kind.to_string(), name.to_string()))
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn seq(value: &Value) -> &[Value] {
+    value.as_sequence().map_or(&[], Vec::as_slice)
+}
+
+fn container(deployment: &Value) -> &Value {
+    seq(&deployment["spec"]["template"]["spec"]["containers"])
+        .iter()
+        .find(|c| c["name"].as_str() == Some("operator"))
+        .expect("container operator")
+}
+
+fn has_env(deployment: &Value, name: &str) -> bool {
+    seq(&container(deployment)["env"])
+        .iter()
+        .any(|e| e["name"] == name)
+}
+
+/// `rendered` without the Helm labels that `original` lacks (on the object and on its pods).
+fn without_helm_labels(rendered: &Value, original: &Value) -> Value {
+    let mut rendered = rendered.clone();
+    for path in [&["metadata"][..], &["spec", "template", "metadata"]] {
+        let theirs = path.iter().fold(original, |v, step| &v[*step]);
+        let ours = path
+            .iter()
+            .try_fold(&mut rendered, |v, step| v.get_mut(*step));
+        let labels = ours.and_then(|v| v.get_mut("labels"));
+        if let Some(labels) = labels.and_then(Value::as_mapping_mut) {
+            for label in HELM_LABELS {
+                if theirs["labels"].get(label).is_none() {
+                    labels.remove(label);
+                }
+            }
+        }
+    }
+    rendered
+}
+
+fn json(value: &Value) -> String {
+    serde_json::to_string(value).unwrap()
+}
+
+/// Every place where `actual` differs from `expected`, as `path: ...` lines.
+fn differences(path: &str, expected: &Value, actual: &Value, out: &mut Vec<String>) {
+    match (expected, actual) {
+        (Value::Mapping(a), Value::Mapping(b)) => {
+            let theirs = b.keys().filter(|k| !a.contains_key(*k));
+            for k in a.keys().chain(theirs) {
+                let name = k.as_str().map_or_else(|| json(k), str::to_string);
+                let here = format!("{path}.{name}");
+                match (a.get(k), b.get(k)) {
+                    (Some(x), Some(y)) => differences(&here, x, y, out),
+                    (x, y) => out.push(format!(
+                        "{here}: operator.yml has {}, the chart renders {}",
+                        x.map_or_else(|| "nothing".to_string(), json),
+                        y.map_or_else(|| "nothing".to_string(), json)
+                    )),
+                }
+            }
+        }
+        (Value::Sequence(a), Value::Sequence(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                differences(&format!("{path}[{i}]"), x, y, out);
+            }
+        }
+        (a, b) if a != b => out.push(format!(
+            "{path}: operator.yml has {}, the chart renders {}",
+            json(a),
+            json(b)
+        )),
+        _ => {}
+    }
+}
+
+/// With default values, the chart renders every object of operator.yml but the Namespace, and
+/// nothing else, each equal to operator.yml's but for Helm's labels: RBAC rules, the whole
+/// Deployment (pod spec, containers, env, ports, probes, security contexts, resources,
+/// annotations), the Service. A change to one that is not mirrored in the other fails here.
+#[test]
+#[ignore = "needs scripts/helm (helm from the Go module proxy)"]
+fn default_values_render_operator_yml() {
+    let mut expected = parse(&read("deploy/operator.yml"));
+    find(&expected, "Namespace", "mutants");
+    expected.retain(|d| d["kind"] != "Namespace");
+    let rendered = render("mutantops", "mutants", &[]);
+    let (expected, rendered) = (by_key(&expected), by_key(&rendered));
+    let mut problems = Vec::new();
+    for (kind, name) in expected.keys().filter(|k| !rendered.contains_key(*k)) {
+        problems.push(format!("{kind} {name}: in operator.yml, not rendered"));
+    }
+    for (kind, name) in rendered.keys().filter(|k| !expected.contains_key(*k)) {
+        problems.push(format!("{kind} {name}: rendered, not in operator.yml"));
+    }
+    for ((kind, name), theirs) in &expected {
+        if let Some(ours) = rendered.get(&(kind.clone(), name.clone())) {
+            let ours = without_helm_labels(ours, theirs);
+            differences(&format!("{kind} {name}"), theirs, &ours, &mut problems);
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "deploy/chart/mutantops (default values, release mutantops, namespace mutants) and \
+         deploy/operator.yml differ; mirror the change in both:\n  {}",
+        problems.join("\n  ")
+    );
+    // Helm's labels are there (they were taken off above).
+    let helm = |o: &&Value| o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm";
+    assert!(rendered.values().all(helm));
+}
+
+/// The chart's crds/ holds deploy/crds/, byte for byte (Helm installs crds/ before the rest).
+#[test]
+fn chart_crds_are_deploy_crds() {
+    let files = |dir: &str| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(repo().join(dir))
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .map(|entry| {
+                let entry = entry.unwrap();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read(entry.path()).unwrap())
+            })
+            .collect()
+    };
+    let (deploy, chart) = (files("deploy/crds"), files(&format!("{CHART}/crds")));
+    let fix = "regenerate both: UPDATE_CRDS=1 cargo test --test crds";
+    assert!(!deploy.is_empty());
+    for name in deploy.keys().chain(chart.keys()) {
+        let differ =
+            format!("{CHART}/crds/{name} and deploy/crds/{name} differ (or one is missing)");
+        assert!(deploy.get(name) == chart.get(name), "{differ}; {fix}");
+    }
+}
+
+/// Chart.yaml: version and appVersion are the crate's version (the image tag defaults to it);
+/// the k3s example names that version and only values the chart has.
+#[test]
+fn chart_version_is_the_crate_version() {
+    k3s_example_values();
+    let chart: Value = serde_yaml::from_str(&read(&format!("{CHART}/Chart.yaml"))).unwrap();
+    assert_eq!(chart["apiVersion"], "v2");
+    assert_eq!(chart["name"], "mutantops");
+    for field in ["version", "appVersion"] {
+        assert_eq!(
+            chart[field],
+            env!("CARGO_PKG_VERSION"),
+            "{CHART}/Chart.yaml {field} is not Cargo.toml's version"
+        );
+    }
+}
+
+/// Keys of `example` that `values` (values.yaml) does not have; free-form maps are not
+/// looked into.
+fn unknown_keys(path: &str, example: &Value, values: &Value, out: &mut Vec<String>) {
+    const FREE_FORM: [&str; 4] = ["resources", "podAnnotations", "nodeSelector", "affinity"];
+    let (Some(example), Some(_)) = (example.as_mapping(), values.as_mapping()) else {
+        return;
+    };
+    for (k, v) in example {
+        let name = k.as_str().unwrap_or_default();
+        match values.get(name) {
+            None => out.push(format!("{path}{name}")),
+            Some(default) if !FREE_FORM.contains(&name) => {
+                unknown_keys(&format!("{path}{name}."), v, default, out);
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// The k3s HelmChart example installs this chart's version into namespace mutants, creating
+/// it, with values the chart has. Returns its valuesContent.
+fn k3s_example_values() -> Value {
+    let example: Value = serde_yaml::from_str(&read("deploy/chart/helmchart-k3s.yaml")).unwrap();
+    assert_eq!(example["apiVersion"], "helm.cattle.io/v1");
+    assert_eq!(example["kind"], "HelmChart");
+    let spec = &example["spec"];
+    assert_eq!(spec["targetNamespace"], "mutants");
+    assert_eq!(spec["createNamespace"], true);
+    let archive = format!("/mutantops-{}.tgz", env!("CARGO_PKG_VERSION"));
+    assert!(
+        spec["chart"].as_str().unwrap().ends_with(&archive),
+        "the example names another chart version than {archive}: {:?}",
+        spec["chart"]
+    );
+    let values: Value = serde_yaml::from_str(spec["valuesContent"].as_str().unwrap()).unwrap();
+    let defaults: Value = serde_yaml::from_str(&read(&format!("{CHART}/values.yaml"))).unwrap();
+    let mut unknown = Vec::new();
+    unknown_keys("", &values, &defaults, &mut unknown);
+    assert!(
+        unknown.is_empty(),
+        "helmchart-k3s.yaml sets values the chart does not have: {unknown:?}"
+    );
+    values
+}
+
+/// `helm lint --strict` passes, with default values and with TLS on.
+#[test]
+#[ignore = "needs scripts/helm (helm from the Go module proxy)"]
+fn helm_lint_passes() {
+    helm(&["lint", "--strict", CHART]);
+    helm(&["lint", "--strict", CHART, "--set", "tls.enabled=true"]);
+}
+
+/// tls.enabled: the Secret volume, its read-only mount and the two variables, exactly as
+/// deploy/devices/loadbalancer/ patches them in; the rest of the Deployment as without TLS.
+#[test]
+#[ignore = "needs scripts/helm (helm from the Go module proxy)"]
+fn tls_values_render_the_volume_mount_and_variables() {
+    let plain = render("mutantops", "mutants", &[]);
+    let plain = find(&plain, "Deployment", "mutantops-operator");
+    let docs = render("mutantops", "mutants", &set(&["tls.enabled=true"]));
+    let deployment = find(&docs, "Deployment", "mutantops-operator");
+    let patch = parse(&read("deploy/devices/loadbalancer/deployment-tls.yaml"));
+    let patch = &patch[0];
+    let (ours, theirs) = (container(deployment), container(patch));
+    let env = seq(&ours["env"]);
+    for entry in seq(&theirs["env"]) {
+        assert!(env.iter().filter(|e| *e == entry).count() == 1, "{entry:?}");
+    }
+    assert_eq!(env.len(), seq(&container(plain)["env"]).len() + 2);
+    assert_eq!(ours["volumeMounts"], theirs["volumeMounts"]);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"], patch["spec"]["template"]["spec"]["volumes"]);
+    // Nothing else changed.
+    let strip = |d: &Value| {
+        let mut d = d.clone();
+        let pod = &mut d["spec"]["template"]["spec"];
+        for field in ["env", "volumeMounts"] {
+            pod["containers"][0][field] = Value::Null;
+        }
+        pod["volumes"] = Value::Null;
+        d
+    };
+    assert_eq!(strip(deployment), strip(plain));
+
+    let docs = set(&["tls.enabled=true", "tls.secretName=lan-cert"]);
+    let docs = render("mutantops", "mutants", &docs);
+    let pod = &find(&docs, "Deployment", "mutantops-operator")["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "lan-cert");
+}
+
+/// Every other value lands where values.yaml says.
+#[test]
+#[ignore = "needs scripts/helm (helm from the Go module proxy)"]
+fn values_render_where_documented() {
+    let mut args = set(&[
+        "replicas=1",
+        "image.repository=registry.lan/mutantops",
+        "image.tag=9.9.9",
+        "image.pullPolicy=Always",
+        "logLevel=info\\,mutantops=debug",
+        "watchNamespace=displays",
+        "apiToken.existingSecret=admin",
+        "apiToken.key=secret",
+        "apiToken.optional=false",
+        "service.type=LoadBalancer",
+        "service.port=8443",
+        "nodeSelector.kubernetes\\.io/arch=arm64",
+        "podAnnotations.team=displays",
+    ]);
+    for json in [
+        r#"env=[{"name":"MUTANT_LOG_FORMAT","value":"json"}]"#,
+        r#"tolerations=[{"key":"board","operator":"Exists"}]"#,
+        r#"affinity={"nodeAffinity":{}}"#,
+        r#"imagePullSecrets=[{"name":"regcred"}]"#,
+        r#"resources={"requests":{"cpu":"20m"}}"#,
+    ] {
+        args.extend(["--set-json", json]);
+    }
+    let docs = render("mutantops", "mutants", &args);
+    let deployment = find(&docs, "Deployment", "mutantops-operator");
+    let pod = &deployment["spec"]["template"];
+    let c = container(deployment);
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(c["image"], "registry.lan/mutantops:9.9.9");
+    assert_eq!(c["imagePullPolicy"], "Always");
+    let env = |name: &str| {
+        seq(&c["env"])
+            .iter()
+            .find(|e| e["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no {name}: {c:?}"))
+    };
+    assert_eq!(env("RUST_LOG")["value"], "info,mutantops=debug");
+    assert_eq!(env("MUTANT_WATCH_NAMESPACE")["value"], "displays");
+    assert_eq!(env("MUTANT_LOG_FORMAT")["value"], "json");
+    let token = &env("MUTANT_API_TOKEN")["valueFrom"]["secretKeyRef"];
+    assert_eq!(token["name"], "admin");
+    assert_eq!(token["key"], "secret");
+    assert_eq!(token["optional"], false);
+    assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/arch"], "arm64");
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], "board");
+    assert!(pod["spec"]["affinity"]["nodeAffinity"].is_mapping());
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(c["resources"]["requests"]["cpu"], "20m");
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["team"], "displays");
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    let service = &find(&docs, "Service", "mutantops-api")["spec"];
+    assert_eq!(service["type"], "LoadBalancer");
+    assert_eq!(service["ports"][0]["port"], 8443);
+
+    // No admin token Secret, no prometheus annotations.
+    let docs = set(&["apiToken.existingSecret=", "podAnnotations=null"]);
+    let docs = render("mutantops", "mutants", &docs);
+    let deployment = find(&docs, "Deployment", "mutantops-operator");
+    assert!(!has_env(deployment, "MUTANT_API_TOKEN"));
+    let pod = &deployment["spec"]["template"]["metadata"];
+    assert!(pod.get("annotations").is_none(), "{pod:?}");
+
+    // The k3s example's valuesContent.
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chart-k3s-values.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&k3s_example_values()).unwrap()).unwrap();
+    let docs = render("mutantops", "mutants", &["-f", file.to_str().unwrap()]);
+    let deployment = find(&docs, "Deployment", "mutantops-operator");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert!(has_env(deployment, "MUTANT_API_TLS_CERT_FILE"));
+    let service = &find(&docs, "Service", "mutantops-api")["spec"];
+    assert_eq!(service["type"], "LoadBalancer");
+}
+
+/// Objects are named after the release, so two releases never share a cluster-scoped object;
+/// every reference (binding, subject, ServiceAccount) follows the names.
+#[test]
+#[ignore = "needs scripts/helm (helm from the Go module proxy)"]
+fn releases_get_names_of_their_own() {
+    let mut cluster_scoped = BTreeSet::new();
+    for (release, namespace, fullname) in [
+        ("mutantops", "mutants", "mutantops"),
+        ("edge", "boards", "edge-mutantops"),
+        ("mutantops-lab", "lab", "mutantops-lab"),
+    ] {
+        let docs = render(release, namespace, &[]);
+        for doc in &docs {
+            let (kind, name) = key(doc);
+            match doc["metadata"]["namespace"].as_str() {
+                Some(ns) => assert_eq!(ns, namespace, "{kind} {name}"),
+                None => {
+                    assert_eq!(name, fullname, "{kind}");
+                    assert!(cluster_scoped.insert((kind, name)), "{release}: collides");
+                }
+            }
+        }
+        let binding = find(&docs, "ClusterRoleBinding", fullname);
+        assert_eq!(binding["roleRef"]["name"], fullname);
+        let role = format!("{fullname}-leader-election");
+        let role_binding = find(&docs, "RoleBinding", &role);
+        assert_eq!(role_binding["roleRef"]["name"], role.as_str());
+        find(&docs, "Role", &role);
+        for b in [binding, role_binding] {
+            assert_eq!(b["subjects"][0]["name"], fullname);
+            assert_eq!(b["subjects"][0]["namespace"], namespace);
+        }
+        find(&docs, "ServiceAccount", fullname);
+        find(&docs, "Service", &format!("{fullname}-api"));
+        let deployment = find(&docs, "Deployment", &format!("{fullname}-operator"));
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], fullname);
+    }
+}
+
+/// The rendered chart, applied to the real control plane in a namespace of the test's own
+/// under a release name of its own: the API server accepts every object, the Deployment's pods
+/// are made (with the chart's ServiceAccount) and become Ready on the kwok node, and the
+/// ServiceAccount may do what the ClusterRole and the Role grant, and not more. What it made
+/// outside the namespace is deleted when it ends, however it ends.
+#[tokio::test]
+#[ignore = "needs a cluster and scripts/helm: scripts/test runs it"]
+async fn the_rendered_chart_installs_on_the_control_plane() {
+    let ns = common::TestNamespace::new("chart").await;
+    common::install_crds(&ns.client).await;
+    let release = format!("chart-{}", common::random_suffix());
+    let fullname = format!("{release}-mutantops");
+    let docs = render(&release, &ns.name, &[]);
+    let cluster_scoped: Vec<String> = docs
+        .iter()
+        .filter(|d| d["metadata"]["namespace"].is_null())
+        .map(|d| format!("{}/{}", key(d).0, key(d).1))
+        .collect();
+    let expected = ["ClusterRole", "ClusterRoleBinding"].map(|k| format!("{k}/{fullname}"));
+    assert_eq!(cluster_scoped, expected);
+    let absent = |object: &str| {
+        let found = kubectl(&format!("get {object} --ignore-not-found -o name"), "");
+        assert!(found.status.success(), "{}", text(&found));
+        found.stdout.is_empty()
+    };
+    for object in &cluster_scoped {
+        assert!(absent(object), "{object} exists already");
+    }
+    let role = common::RemoveOnDrop::<ClusterRole>::new(&fullname);
+    let binding = common::RemoveOnDrop::<ClusterRoleBinding>::new(&fullname);
+
+    let input: String = docs
+        .iter()
+        .map(|d| format!("---\n{}", serde_yaml::to_string(d).unwrap()))
+        .collect();
+    let applied = kubectl(
+        "apply --server-side --field-manager=mutantops-tests -f -",
+        &input,
+    );
+    assert!(
+        applied.status.success(),
+        "kubectl apply: {}",
+        text(&applied)
+    );
+    let applied = String::from_utf8_lossy(&applied.stdout).into_owned();
+    assert_eq!(applied.lines().count(), docs.len(), "{applied}");
+    for (kind, name) in docs.iter().map(key) {
+        let got = kubectl(&format!("get -n {} {kind}/{name} -o name", ns.name), "");
+        assert!(got.status.success(), "{kind} {name}: {}", text(&got));
+    }
+
+    // The pods exist, run as the chart's ServiceAccount, and are Ready (kwok plays kubelet).
+    let deployments = ns.api::<Deployment>();
+    let ready = || async {
+        let d = deployments.get(&format!("{fullname}-operator")).await;
+        let status = d.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        match status.ready_replicas {
+            Some(2) => Ok(()),
+            _ => Err(format!("{status:?}")),
+        }
+    };
+    common::wait_for("Ready pods", Duration::from_secs(90), ready).await;
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let params = ListParams::default().labels(&selector);
+    let pods = ns.api::<Pod>().list(&params).await.unwrap().items;
+    assert_eq!(pods.len(), 2, "{selector}");
+    for pod in &pods {
+        let account = pod.spec.as_ref().unwrap().service_account_name.as_deref();
+        assert_eq!(account, Some(fullname.as_str()));
+    }
+
+    // What the ServiceAccount may do, and may not.
+    let account = format!("system:serviceaccount:{}:{fullname}", ns.name);
+    let can = |what: &str| {
+        let out = kubectl(&format!("auth can-i {what} --as {account}"), "");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for allowed in [
+        "list mutations.neiam.org -A".to_string(),
+        "patch mutantdeployments.neiam.org --subresource=status -n default".to_string(),
+        "patch deployments.apps -n default".to_string(),
+        "create secrets -n default".to_string(),
+        "create events.events.k8s.io -n default".to_string(),
+        format!("update leases.coordination.k8s.io -n {}", ns.name),
+    ] {
+        assert_eq!(can(&allowed), "yes", "{account} needs: {allowed}");
+    }
+    for denied in [
+        "delete secrets -n default",
+        "get pods -n default",
+        "update leases.coordination.k8s.io -n default",
+    ] {
+        assert_eq!(can(denied), "no", "{account} must not: {denied}");
+    }
+
+    // Gone again: the cluster-scoped objects now, the namespace (and all in it) after.
+    drop((binding, role));
+    for object in &cluster_scoped {
+        assert!(absent(object), "{object} is still there");
+    }
+}
