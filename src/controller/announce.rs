@@ -100,7 +100,7 @@ impl Announced {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::VariantStatus;
+    use crate::crd::{VariantStatus, fixtures};
 
     fn status(
         variants: &[(&str, VariantState, Option<&str>)],
@@ -111,12 +111,8 @@ mod tests {
             variants: variants
                 .iter()
                 .map(|(label, state, message)| VariantStatus {
-                    label: label.to_string(),
-                    state: *state,
                     message: message.map(str::to_string),
-                    deployment: format!("web-{label}"),
-                    replicas: 0,
-                    ready_replicas: 0,
+                    ..fixtures::variant_status(label, *state, 0)
                 })
                 .collect(),
             ..OwnerStatus::default()

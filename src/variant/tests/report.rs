@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::*;
-use crate::crd::{OwnerStatus, VariantState, VariantStatus};
+use crate::crd::{OwnerStatus, VariantState};
 
 /// A Deployment of this test's owner for variant `label`, as the cache holds it.
 fn ours(label: &str, replicas: i32) -> ObservedDeployment {
@@ -106,15 +106,11 @@ fn while_the_base_is_invalid_variants_are_held_with_their_running_replicas() {
 // R3, R11, R12
 #[test]
 fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
-    let ready = VariantStatus {
-        label: "a".into(),
-        state: VariantState::Ready,
-        message: None,
-        deployment: "web-a".into(),
-        replicas: 1,
-        ready_replicas: 1,
-    };
-    let variants = vec![ready.clone()];
+    let variants = vec![crate::crd::fixtures::variant_status(
+        "a",
+        VariantState::Ready,
+        1,
+    )];
     let first = owner_status(Findings {
         previous: &OwnerStatus::default(),
         generation: Some(2),
