@@ -242,36 +242,44 @@ pub fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
 /// Installs (server-side applies) the CRDs generated from the Rust types and waits until the
 /// API server has established them. Idempotent; tests running at once may all call it.
 pub async fn install_crds(client: &Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in [
         mutantops::crd::MutantDeployment::crd(),
         mutantops::crd::Mutation::crd(),
     ] {
-        let name = crd.name_any();
-        let params = kube::api::PatchParams::apply("mutantops-tests").force();
-        api.patch(&name, &params, &kube::api::Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("the API server rejected CRD {name}: {e}"));
-        wait_for(
-            &format!("CRD {name} to be established"),
-            Duration::from_secs(30),
-            || async {
-                let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
-                let established = conditions
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                if established {
-                    Ok(())
-                } else {
-                    Err(format!("{conditions:?}"))
-                }
-            },
-        )
-        .await;
+        apply_crd(client, &crd).await;
     }
+}
+
+/// Server-side applies `crd` and waits until the API server has established it.
+pub async fn apply_crd(
+    client: &Client,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    let params = kube::api::PatchParams::apply("mutantops-tests").force();
+    api.patch(&name, &params, &kube::api::Patch::Apply(crd))
+        .await
+        .unwrap_or_else(|e| panic!("the API server rejected CRD {name}: {e}"));
+    wait_for(
+        &format!("CRD {name} to be established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+            let established = conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err(format!("{conditions:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// A `mutantops` process (the real binary) reconciling one namespace, with its log in a file.

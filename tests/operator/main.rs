@@ -28,6 +28,7 @@ mod lifecycle;
 mod metrics;
 mod poison;
 mod prometheus;
+mod prometheus_operator;
 mod rbac;
 mod replicas;
 mod secret;
