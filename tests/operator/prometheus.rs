@@ -2,14 +2,18 @@
 //! scrapes the operator with deploy/prometheus/rules.yaml loaded, as a user's would: the
 //! target is up with no scrape error and was read as OpenMetrics, every family the library
 //! renders arrives, a reconcile moves the counters Prometheus stores, and the rules load,
-//! evaluate without error and stay quiet while the operator is healthy. Without a
-//! `prometheus` binary the test fails, naming the package; it never passes silently.
+//! evaluate without error and stay quiet while the operator is healthy. The relabelling of
+//! deploy/prometheus/README.md's plain-Prometheus configuration is run against the pods of
+//! deploy/operator.yml's template. Without a `prometheus` binary the tests fail, naming the
+//! package; they never pass silently.
 
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
 };
+
+use serde::Deserialize;
 
 use super::*;
 
@@ -29,22 +33,25 @@ impl Prometheus {
     /// Starts Prometheus against the operator's metrics listener on `metrics_port` and waits
     /// until it is ready; tries another port if its own was taken in between.
     async fn start(metrics_port: u16) -> Prometheus {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join("prometheus")
-            .join(common::random_suffix());
-        std::fs::create_dir_all(&dir).unwrap();
-        let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/rules.yaml");
-        // JSON is YAML: no quoting of paths to get wrong.
-        let config = json!({
+        Self::start_with(json!({
             "global": { "scrape_interval": "1s", "evaluation_interval": "1s" },
-            "rule_files": [rules],
+            "rule_files": [rules_file()],
             "scrape_configs": [{
                 "job_name": JOB,
                 "scrape_interval": "1s",
                 "scrape_timeout": "1s",
                 "static_configs": [{ "targets": [format!("127.0.0.1:{metrics_port}")] }],
             }],
-        });
+        }))
+        .await
+    }
+
+    /// Starts Prometheus with `config` (JSON is YAML: no quoting of paths to get wrong).
+    async fn start_with(config: Value) -> Prometheus {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("prometheus")
+            .join(common::random_suffix());
+        std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("prometheus.yml"), config.to_string()).unwrap();
         let mut attempt = 1;
         loop {
@@ -215,10 +222,14 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
+fn rules_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/rules.yaml")
+}
+
 /// The alert names of deploy/prometheus/rules.yaml.
 fn alerts_in_rules_file() -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/rules.yaml");
-    let rules: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let text = std::fs::read_to_string(rules_file()).unwrap();
+    let rules: Value = serde_yaml::from_str(&text).unwrap();
     rules["groups"][0]["rules"]
         .as_array()
         .unwrap()
@@ -380,4 +391,144 @@ async fn prometheus_scrapes_the_operator_and_loads_the_rules() {
         }
     })
     .await;
+}
+
+/// The first YAML block under "## Plain Prometheus" in deploy/prometheus/README.md: the
+/// configuration a user of a plain Prometheus in the cluster copies.
+fn readme_scrape_config() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/README.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let section = text
+        .split_once("## Plain Prometheus")
+        .map(|(_, rest)| rest)
+        .expect("deploy/prometheus/README.md has a section Plain Prometheus");
+    let block = section
+        .split_once("```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("the section Plain Prometheus has a yaml block");
+    serde_yaml::from_str(block).unwrap_or_else(|e| panic!("{e}:\n{block}"))
+}
+
+/// The pod template of deploy/operator.yml's Deployment.
+fn operator_pod_template() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/operator.yml");
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .find(|doc| doc["kind"] == "Deployment")
+        .map(|deployment| deployment["spec"]["template"].clone())
+        .expect("deploy/operator.yml has a Deployment")
+}
+
+/// Prometheus's label name for a Kubernetes label or annotation key (`[^a-zA-Z0-9_]` -> `_`).
+fn sanitize(key: &str) -> String {
+    key.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// What Prometheus's Kubernetes pod discovery yields for a pod made from `template`: one
+/// target per container port, with the `__meta_kubernetes_*` labels its documentation lists.
+fn pod_targets(template: &Value, namespace: &str, pod: &str, ip: &str) -> Vec<Value> {
+    let mut common = serde_json::Map::new();
+    common.insert("__meta_kubernetes_namespace".into(), json!(namespace));
+    common.insert("__meta_kubernetes_pod_name".into(), json!(pod));
+    for (kind, map) in [
+        ("label", &template["metadata"]["labels"]),
+        ("annotation", &template["metadata"]["annotations"]),
+    ] {
+        for (key, value) in map.as_object().into_iter().flatten() {
+            let name = format!("__meta_kubernetes_pod_{kind}_{}", sanitize(key));
+            common.insert(name, value.clone());
+        }
+    }
+    let mut targets = Vec::new();
+    for container in template["spec"]["containers"].as_array().unwrap() {
+        for port in container["ports"].as_array().into_iter().flatten() {
+            let number = port["containerPort"].as_u64().unwrap();
+            let mut labels = common.clone();
+            labels.insert(
+                "__meta_kubernetes_pod_container_name".into(),
+                container["name"].clone(),
+            );
+            labels.insert(
+                "__meta_kubernetes_pod_container_port_name".into(),
+                port["name"].clone(),
+            );
+            labels.insert(
+                "__meta_kubernetes_pod_container_port_number".into(),
+                json!(number.to_string()),
+            );
+            targets.push(json!({ "targets": [format!("{ip}:{number}")], "labels": labels }));
+        }
+    }
+    targets
+}
+
+/// R25: the relabelling of the plain-Prometheus configuration in deploy/prometheus/README.md
+/// keeps exactly the operator's metrics port, under job="mutantops" with namespace and pod
+/// labels, for pods made from deploy/operator.yml's pod template, and drops a pod that is not
+/// annotated for scraping. Debian's Prometheus is built without Kubernetes discovery, so the
+/// README's `kubernetes_sd_configs` is swapped for a file of the targets that discovery yields
+/// for such pods ([`pod_targets`]); the relabel rules are the README's, run by a real
+/// Prometheus, and the labels, annotations and ports are operator.yml's. The scrapes of these
+/// made-up addresses fail; the target list is what is checked.
+#[tokio::test]
+#[ignore = "runs prometheus: scripts/test runs them"]
+async fn the_plain_prometheus_config_keeps_only_the_metrics_port() {
+    let template = operator_pod_template();
+    let mut unannotated = template.clone();
+    unannotated["metadata"]["annotations"] = json!({});
+    let mut targets = pod_targets(&template, "mutants", "mutantops-0", "10.0.0.1");
+    targets.extend(pod_targets(
+        &unannotated,
+        "mutants",
+        "mutantops-1",
+        "10.0.0.2",
+    ));
+    assert!(targets.len() >= 4, "two ports per pod: {targets:?}");
+
+    let mut config = readme_scrape_config();
+    config["rule_files"] = json!([rules_file()]);
+    config["global"] = json!({ "scrape_interval": "1s", "evaluation_interval": "1s" });
+    let job = &mut config["scrape_configs"][0];
+    assert_eq!(job["job_name"], JOB);
+    let sd = job
+        .as_object_mut()
+        .unwrap()
+        .remove("kubernetes_sd_configs")
+        .expect("the README's job uses kubernetes_sd_configs");
+    assert_eq!(sd[0]["role"], "pod");
+    assert_eq!(sd[0]["namespaces"]["names"], json!(["mutants"]));
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sd-{}", common::random_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pods.json");
+    std::fs::write(&file, Value::from(targets).to_string()).unwrap();
+    job["file_sd_configs"] = json!([{ "files": [file], "refresh_interval": "1s" }]);
+    let prometheus = Prometheus::start_with(config).await;
+
+    let target = wait_for("one target of job mutantops", CONVERGE, || async {
+        let data = prometheus.api("/api/v1/targets?state=any").await?;
+        let active: Vec<&Value> = data["activeTargets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .collect();
+        let dropped = data["droppedTargets"].as_array().map_or(0, Vec::len);
+        match active.as_slice() {
+            [t] if dropped >= 3 => Ok((*t).clone()),
+            other => Err(format!("active {other:?}, {dropped} dropped")),
+        }
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(target["labels"]["job"], JOB, "{target}");
+    assert_eq!(
+        target["scrapeUrl"], "http://10.0.0.1:9568/metrics",
+        "{target}"
+    );
+    assert_eq!(target["labels"]["namespace"], "mutants", "{target}");
+    assert_eq!(target["labels"]["pod"], "mutantops-0", "{target}");
 }
