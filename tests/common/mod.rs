@@ -19,7 +19,10 @@ pub mod tls;
 
 use std::{fmt::Debug, future::Future, time::Duration};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
@@ -252,11 +255,7 @@ pub async fn install_crds(client: &Client) {
 }
 
 /// Server-side applies `crd` and waits until the API server has established it.
-pub async fn apply_crd(
-    client: &Client,
-    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+pub async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = crd.name_any();
     let params = kube::api::PatchParams::apply("mutantops-tests").force();

@@ -1,10 +1,11 @@
-//! Issue 17: deploy/prometheus/podmonitor.yaml and prometheusrule.yaml are what
-//! prometheus-operator's own CRDs accept. The CRDs come from prometheus-operator's Go module
-//! (`PROMETHEUS_OPERATOR`, from the Go module proxy through `go mod download`); the manifests
-//! are applied with strict field validation, as `kubectl apply` does, so a misspelt or
-//! misplaced field is refused here as it would be on a user's cluster. A CRD the cluster
-//! already has (a real cluster with prometheus-operator) is used as it is and left in place;
-//! one this test installs is removed again, even when the test fails.
+//! R25, issue 17: deploy/prometheus/podmonitor.yaml (how prometheus-operator scrapes
+//! `/metrics`) and prometheusrule.yaml are what prometheus-operator's own CRDs accept. The CRDs
+//! come from prometheus-operator's Go module (`PROMETHEUS_OPERATOR`, from the Go module proxy
+//! through `go mod download`); the manifests are applied with strict field validation, as
+//! `kubectl apply` does, so a misspelt or misplaced field is refused here as it would be on a
+//! user's cluster. A CRD the cluster already has (a real cluster with prometheus-operator) is
+//! used as it is and left in place; one this test installs is removed again, even when the
+//! test fails.
 
 use std::path::PathBuf;
 
