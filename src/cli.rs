@@ -17,8 +17,11 @@ Usage:
 Environment:
   MUTANT_API_ADDR       HTTP API listen address (default 0.0.0.0:8080)
   MUTANT_METRICS_ADDR   metrics and probes listen address (default 0.0.0.0:9568)
-  MUTANT_API_TOKEN      admin token for the HTTP API (optional)
-  MUTANT_API_INSECURE   true: serve the HTTP API without auth (local development only)
+  MUTANT_API_TOKEN      admin token for the HTTP API (optional; at least 32 characters)
+  MUTANT_API_INSECURE   true: serve the HTTP API without auth (local development only;
+                        a loopback MUTANT_API_ADDR only)
+  MUTANT_API_INSECURE_ALLOW_REMOTE
+                        true: allow MUTANT_API_INSECURE on an address others can reach
   MUTANT_API_TLS_CERT_FILE, MUTANT_API_TLS_KEY_FILE
                         PEM certificate chain and key: the HTTP API speaks HTTPS only
                         (both or neither; re-read when they change)

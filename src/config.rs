@@ -14,6 +14,9 @@ pub const DEFAULT_API_ADDR: &str = "0.0.0.0:8080";
 pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9568";
 /// Default `MUTANT_LEASE_DURATION_SECONDS`.
 pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
+/// The shortest admin token accepted (`MUTANT_API_TOKEN`), in characters: 32 random hex
+/// characters are 128 bits; anything shorter can be guessed or was typed by hand.
+pub const MIN_ADMIN_TOKEN: usize = 32;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +67,8 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     /// `MUTANT_API_TOKEN`; `None` when unset or empty.
     pub api_token: Option<Secret>,
-    /// `MUTANT_API_INSECURE`.
+    /// `MUTANT_API_INSECURE`. Only on a loopback `MUTANT_API_ADDR`, unless
+    /// `MUTANT_API_INSECURE_ALLOW_REMOTE` is true as well.
     pub api_insecure: bool,
     /// `MUTANT_API_TLS_CERT_FILE` and `MUTANT_API_TLS_KEY_FILE`: the API speaks HTTPS with
     /// them; `None` (both unset) for plain HTTP.
@@ -107,14 +111,15 @@ impl Config {
                 ))
             })
         };
-        let api_insecure = match text("MUTANT_API_INSECURE")? {
-            None => false,
-            Some(value) => parse_bool(&value).ok_or_else(|| {
-                Error::Config(format!(
-                    "MUTANT_API_INSECURE={value:?} is not true or false"
-                ))
-            })?,
+        let flag = |name: &str| -> Result<bool> {
+            match text(name)? {
+                None => Ok(false),
+                Some(value) => parse_bool(&value)
+                    .ok_or_else(|| Error::Config(format!("{name}={value:?} is not true or false"))),
+            }
         };
+        let api_insecure = flag("MUTANT_API_INSECURE")?;
+        let insecure_remote = flag("MUTANT_API_INSECURE_ALLOW_REMOTE")?;
         let log_format = match text("MUTANT_LOG_FORMAT")?.as_deref().map(str::trim) {
             None | Some("" | "text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -128,6 +133,15 @@ impl Config {
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
             .map(Secret::new);
+        if let Some(token) = &api_token {
+            let length = token.expose().chars().count();
+            if length < MIN_ADMIN_TOKEN {
+                return Err(Error::Config(format!(
+                    "MUTANT_API_TOKEN is {length} characters: the admin token must be at least \
+                     {MIN_ADMIN_TOKEN} (make one with `openssl rand -hex 32`)"
+                )));
+            }
+        }
         let watch_namespace = text("MUTANT_WATCH_NAMESPACE")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
@@ -190,6 +204,14 @@ impl Config {
                 ));
             }
         };
+        let api_addr = addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?;
+        if api_insecure && !api_addr.ip().is_loopback() && !insecure_remote {
+            return Err(Error::Config(format!(
+                "MUTANT_API_INSECURE=true serves the API without auth, and MUTANT_API_ADDR={api_addr} \
+                 is not a loopback address: anyone who reaches it would be admin. Listen on \
+                 127.0.0.1, or set MUTANT_API_INSECURE_ALLOW_REMOTE=true as well if that is meant"
+            )));
+        }
         Ok(Config {
             api_tls,
             watch_namespace,
@@ -197,7 +219,7 @@ impl Config {
             pod_namespace,
             pod_name,
             hostname,
-            api_addr: addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?,
+            api_addr,
             metrics_addr: addr("MUTANT_METRICS_ADDR", DEFAULT_METRICS_ADDR)?,
             api_token,
             api_insecure,
@@ -312,7 +334,10 @@ mod tests {
         let c = config(&[
             ("MUTANT_API_ADDR", "127.0.0.1:18080"),
             ("MUTANT_METRICS_ADDR", "[::1]:19568"),
-            ("MUTANT_API_TOKEN", " abc \n"),
+            (
+                "MUTANT_API_TOKEN",
+                " abcdefghijklmnopqrstuvwxyz-0123456789 \n",
+            ),
             ("MUTANT_API_INSECURE", "TRUE"),
             ("MUTANT_LOG_FORMAT", "json"),
             ("MUTANT_WATCH_NAMESPACE", "edge"),
@@ -320,8 +345,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.api_addr, "127.0.0.1:18080".parse().unwrap());
         assert_eq!(c.metrics_addr, "[::1]:19568".parse().unwrap());
-        assert_eq!(c.api_token, Some(Secret::new("abc")));
-        assert_eq!(c.api_token.as_ref().map(Secret::expose), Some("abc"));
+        let token = "abcdefghijklmnopqrstuvwxyz-0123456789";
+        assert_eq!(c.api_token, Some(Secret::new(token)));
+        assert_eq!(c.api_token.as_ref().map(Secret::expose), Some(token));
         // the token never shows in a printed configuration
         let printed = format!("{c:?}");
         assert!(
@@ -363,7 +389,71 @@ mod tests {
 
     #[test]
     fn token_is_never_printed() {
-        let c = config(&[("MUTANT_API_TOKEN", "s3cr3t-value")]).unwrap();
+        let c = config(&[("MUTANT_API_TOKEN", "s3cr3t-value-0123456789abcdef0123")]).unwrap();
         assert!(!format!("{c:?}").contains("s3cr3t"));
+    }
+
+    // issue 25, item 10: a short admin token is refused at start, naming the variable and the
+    // minimum, never showing the token.
+    #[test]
+    fn a_short_admin_token_is_refused() {
+        let e = config(&[("MUTANT_API_TOKEN", "a")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("MUTANT_API_TOKEN is 1 characters") && e.contains("at least 32"),
+            "{e}"
+        );
+        let short = "s".repeat(31);
+        let e = config(&[("MUTANT_API_TOKEN", &short)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("31 characters") && !e.contains(&short), "{e}");
+        let enough = "0123456789abcdef".repeat(2);
+        assert!(
+            config(&[("MUTANT_API_TOKEN", &enough)])
+                .unwrap()
+                .api_token
+                .is_some()
+        );
+        // surrounding white space does not count
+        let padded = format!("  {short}  ");
+        assert!(config(&[("MUTANT_API_TOKEN", &padded)]).is_err());
+    }
+
+    // issue 25, item 10: no auth on an address others can reach only when asked for twice.
+    #[test]
+    fn insecure_is_loopback_only_unless_allowed() {
+        for addr in ["0.0.0.0:8080", "10.0.0.7:8080", "[::]:8080"] {
+            let e = config(&[("MUTANT_API_INSECURE", "true"), ("MUTANT_API_ADDR", addr)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("MUTANT_API_INSECURE") && e.contains("MUTANT_API_INSECURE_ALLOW_REMOTE"),
+                "{addr}: {e}"
+            );
+        }
+        // the default address is every interface: refused too
+        assert!(config(&[("MUTANT_API_INSECURE", "true")]).is_err());
+        for addr in ["127.0.0.1:8080", "127.0.0.2:18080", "[::1]:8080"] {
+            let c = config(&[("MUTANT_API_INSECURE", "true"), ("MUTANT_API_ADDR", addr)]).unwrap();
+            assert!(c.api_insecure, "{addr}");
+        }
+        let c = config(&[
+            ("MUTANT_API_INSECURE", "true"),
+            ("MUTANT_API_INSECURE_ALLOW_REMOTE", "true"),
+        ])
+        .unwrap();
+        assert!(c.api_insecure);
+        // the permission alone changes nothing, and a malformed one is an error
+        assert!(
+            !config(&[("MUTANT_API_INSECURE_ALLOW_REMOTE", "true")])
+                .unwrap()
+                .api_insecure
+        );
+        let e = config(&[("MUTANT_API_INSECURE_ALLOW_REMOTE", "maybe")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MUTANT_API_INSECURE_ALLOW_REMOTE"), "{e}");
     }
 }

@@ -19,10 +19,12 @@ pub mod compact;
 mod embedded;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod limits;
 mod owner;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
+pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
 
 use crate::{Error, Result};
@@ -40,14 +42,17 @@ pub struct Variant {
     pub label: String,
 
     /// Environment variables added to every container of the base. A value here replaces a
-    /// base variable of the same name.
+    /// base variable of the same name. In a Mutation the values are literal: `$(NAME)` is not
+    /// expanded by the kubelet. At most 256 entries, names of at most 128 characters, values
+    /// of at most 32768.
     #[serde(default)]
+    #[schemars(schema_with = "limits::env_schema")]
     pub env: BTreeMap<String, String>,
 
     /// Replica count of the variant's Deployment. Defaults to 1; 0 keeps the Deployment with
-    /// no pods.
+    /// no pods. At most 1000.
     #[serde(default = "default_instances")]
-    #[schemars(default = "default_instances")]
+    #[schemars(default = "default_instances", range(max = 1000))]
     pub instances: i32,
 }
 
@@ -110,8 +115,9 @@ pub struct MutantDeploymentSpec {
     #[schemars(schema_with = "embedded_deployment")]
     pub deployment: EmbeddedJson,
 
-    /// The variants to run. Removing one deletes its Deployment.
+    /// The variants to run, at most 500. Removing one deletes its Deployment.
     #[serde(default)]
+    #[schemars(length(max = 500))]
     pub mutations: Vec<Variant>,
 }
 
@@ -178,11 +184,20 @@ pub struct MutationSpec {
     #[schemars(schema_with = "embedded_deployment")]
     pub deployment: EmbeddedJson,
 
-    /// The variants to run, usually added and removed through the HTTP API. An Argo CD synced
-    /// Mutation with annotation mutantops.neiam.org/runtime-variants=true leaves this out of
-    /// its manifest.
+    /// The variants to run, usually added and removed through the HTTP API; at most 500. An
+    /// Argo CD synced Mutation with annotation mutantops.neiam.org/runtime-variants=true leaves
+    /// this out of its manifest.
     #[serde(default)]
+    #[schemars(length(max = 500))]
     pub variants: Vec<Variant>,
+
+    /// What the Mutation's own token (its devices) may ask of the variants: which env names,
+    /// how many instances, variants and env entries, how long a value. Absent: the defaults
+    /// (any env name but those that change how a process loads or starts; 10 instances, 20
+    /// variants, 32 env entries, values of 4096 characters). The admin token is not bound by
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_access: Option<DeviceAccess>,
 }
 
 /// State of one variant.

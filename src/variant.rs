@@ -9,8 +9,9 @@
 //!   [`plan`] does it for a whole spec, marking repeated labels as conflicts (R9);
 //! - **compare**: [`needs_apply`] tells whether an observed Deployment already matches, so a
 //!   steady-state reconcile writes nothing (R5, R12);
-//! - **own**: [`may_prune`] and [`Planned::check_existing`] decide which Deployments are ours to
-//!   delete or overwrite (R6, R9);
+//! - **own**: [`may_prune`], [`foreign`] and [`Planned::check_existing`] decide which
+//!   Deployments are ours to delete or overwrite (R6, R9);
+//! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **observe**: [`ObservedDeployment`] is what the controllers cache of a generated
 //!   Deployment: the metadata, the counters, whether it was created rather than applied
@@ -28,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::crd::OwnerKind;
 
+pub mod access;
 mod build;
 mod observed;
 mod report;
@@ -37,13 +39,14 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use build::{Planned, Step, build, needs_apply, plan, resolve};
+pub use build::{Foreign, Planned, Step, build, foreign, needs_apply, plan, resolve};
 pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
-    Base, MAX_BASE_DEPTH, deployment_name, validate_env_name, validate_label, validate_name,
-    validate_variant, validate_variants,
+    Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, check_variant_count, deployment_name, unservable_name,
+    validate_env_name, validate_label, validate_mutation_name, validate_name, validate_variant,
+    validate_variants,
 };
 
 /// Label on every generated Deployment, its selector and its pods: the owner's name.

@@ -224,6 +224,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
         MutationSpec {
             deployment: (&base()).into(),
             variants: spec_variants,
+            device_access: None,
         },
     );
     m.metadata.namespace = Some("default".to_owned());

@@ -12,7 +12,8 @@ fn mutantops(args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(args)
         .env_remove("MUTANT_API_TOKEN")
-        .env_remove("MUTANT_API_INSECURE");
+        .env_remove("MUTANT_API_INSECURE")
+        .env_remove("MUTANT_API_INSECURE_ALLOW_REMOTE");
     for (key, value) in env {
         command.env(key, value);
     }
@@ -36,6 +37,7 @@ fn version_and_help() {
         "MUTANT_METRICS_ADDR",
         "MUTANT_API_TOKEN",
         "MUTANT_API_INSECURE",
+        "MUTANT_API_INSECURE_ALLOW_REMOTE",
         "MUTANT_API_TLS_CERT_FILE",
         "MUTANT_API_TLS_KEY_FILE",
     ] {
@@ -69,6 +71,45 @@ fn bad_configuration_exits_non_zero_and_names_the_variable() {
         let text = String::from_utf8_lossy(&out.stderr);
         assert!(text.contains(name), "{name}={value}: {text}");
     }
+}
+
+/// Issue 25, item 10: a short admin token, and auth turned off on an address others can
+/// reach, are start-up errors naming the variable, before any connection is tried; the token
+/// itself is never printed.
+#[test]
+fn a_short_admin_token_or_remote_insecure_api_is_refused_at_start() {
+    let no_cluster = ("KUBECONFIG", "/nonexistent/kubeconfig");
+    let out = mutantops(&["run"], &[("MUTANT_API_TOKEN", "hunter2"), no_cluster]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("MUTANT_API_TOKEN is 7 characters") && text.contains("at least 32"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hunter2"),
+        "the token must not be printed: {text}"
+    );
+
+    let out = mutantops(&["run"], &[("MUTANT_API_INSECURE", "true"), no_cluster]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("0.0.0.0:8080") && text.contains("MUTANT_API_INSECURE_ALLOW_REMOTE"),
+        "{text}"
+    );
+    // Allowed, it gets as far as the (missing) kubeconfig.
+    let out = mutantops(
+        &["run"],
+        &[
+            ("MUTANT_API_INSECURE", "true"),
+            ("MUTANT_API_INSECURE_ALLOW_REMOTE", "true"),
+            no_cluster,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(!text.contains("MUTANT_API_INSECURE"), "{text}");
 }
 
 /// Issue 16: one TLS file without the other, or a certificate and key that do not belong

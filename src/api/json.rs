@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
-use crate::crd::{EmbeddedJson, Mutation, Variant, VariantStatus};
+use crate::crd::{DeviceAccess, EmbeddedJson, Mutation, Variant, VariantStatus};
 
 /// `POST .../mutations`.
 #[derive(Deserialize, Debug)]
@@ -19,6 +19,42 @@ pub struct CreateMutation {
     /// The first variants.
     #[serde(default)]
     pub variants: Vec<VariantRequest>,
+    /// What the Mutation's own token may ask (`spec.deviceAccess`); the defaults when left out.
+    #[serde(default, rename = "deviceAccess")]
+    pub device_access: Option<DeviceAccessRequest>,
+}
+
+/// `deviceAccess` of `POST .../mutations`: [`DeviceAccess`], refusing unknown fields.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceAccessRequest {
+    /// [`DeviceAccess::env`].
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+    /// [`DeviceAccess::max_instances`].
+    #[serde(default)]
+    pub max_instances: Option<i32>,
+    /// [`DeviceAccess::max_variants`].
+    #[serde(default)]
+    pub max_variants: Option<i32>,
+    /// [`DeviceAccess::max_env`].
+    #[serde(default)]
+    pub max_env: Option<i32>,
+    /// [`DeviceAccess::max_value_length`].
+    #[serde(default)]
+    pub max_value_length: Option<i32>,
+}
+
+impl From<DeviceAccessRequest> for DeviceAccess {
+    fn from(r: DeviceAccessRequest) -> Self {
+        DeviceAccess {
+            env: r.env,
+            max_instances: r.max_instances,
+            max_variants: r.max_variants,
+            max_env: r.max_env,
+            max_value_length: r.max_value_length,
+        }
+    }
 }
 
 /// `POST .../variants`, and each variant of a created Mutation.
@@ -213,5 +249,21 @@ mod tests {
         assert_eq!((ok.instances, ok.env.len()), (1, 0));
         assert!(serde_json::from_str::<ScaleRequest>(r#"{"instances":"4"}"#).is_err());
         assert!(serde_json::from_str::<ScaleRequest>(r#"{"instances":4,"env":{}}"#).is_err());
+        // R32: the owner's deviceAccess, spelled as in the CRD, typos refused
+        let create: CreateMutation = serde_json::from_str(
+            r#"{"name":"web","deployment":{},"deviceAccess":{"env":["SCREEN"],"maxInstances":2}}"#,
+        )
+        .unwrap();
+        let access = DeviceAccess::from(create.device_access.unwrap());
+        assert_eq!(access.env, Some(vec!["SCREEN".to_string()]));
+        assert_eq!(access.max_instances, Some(2));
+        let typo = serde_json::from_str::<CreateMutation>(
+            r#"{"name":"web","deployment":{},"deviceAccess":{"maxInstance":2}}"#,
+        );
+        assert!(
+            typo.unwrap_err()
+                .to_string()
+                .contains("unknown field `maxInstance`")
+        );
     }
 }

@@ -17,9 +17,11 @@ use super::{
 };
 use crate::{
     cache::{CacheState, Caches},
-    crd::{EmbeddedJson, Mutation, MutationSpec, OwnerKind, Variant},
+    crd::{DeviceAccess, EmbeddedJson, Mutation, MutationSpec, OwnerKind, Variant},
     http,
-    variant::{Base, Owner, validate_name, validate_variants},
+    variant::{
+        Base, Owner, access::validate_device_access, validate_mutation_name, validate_variants,
+    },
 };
 
 /// How long creating a Mutation waits for the controller to report its Secret.
@@ -48,8 +50,14 @@ pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Api
 /// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants}`: 201, 400 when
 /// invalid, 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
-    validate_name(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
+    // A name the operator could not label its Deployments and Secret with is refused here,
+    // rather than stored and reported Invalid (issue 25).
+    validate_mutation_name(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
     let base = Base::parse(&body.deployment).map_err(ApiError::bad_request)?;
+    let device_access = body.device_access.map(DeviceAccess::from);
+    if let Some(access) = &device_access {
+        validate_device_access(access).map_err(ApiError::bad_request)?;
+    }
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
     validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;
     // The Mutation has no uid yet: its Deployments are checked with a placeholder reference.
@@ -69,6 +77,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
         spec: MutationSpec {
             deployment: EmbeddedJson::from(&body.deployment),
             variants,
+            device_access,
         },
         status: None,
     };

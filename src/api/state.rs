@@ -5,15 +5,16 @@
 use std::{sync::Arc, time::Duration};
 
 use hyper::{Response, StatusCode};
-use kube::{Client, runtime::reflector::ObjectRef};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Api, Client, runtime::reflector::ObjectRef};
 
 use super::auth::{Auth, Caller, UNAUTHORIZED};
 use crate::{
     cache::{CacheState, Caches},
-    controller::refusal,
-    crd::{Mutation, Variant},
+    controller::{DryRun, dry_run},
+    crd::{Mutation, OwnerKind, Variant},
     http::{self, Body, ServerConfig},
-    variant::{Base, Owner},
+    variant::{Base, ObservedDeployment, Owner, deployment_name, foreign},
 };
 
 /// How many times a variant edit is retried on a resourceVersion conflict before it gives up
@@ -99,6 +100,9 @@ impl ApiError {
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, message)
+    }
     pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, message)
     }
@@ -165,8 +169,11 @@ impl From<kube::Error> for ApiError {
 /// Asks the API server, without writing anything, whether it would accept the Deployment of
 /// each of `variants` (a dry-run create with strict field validation, answered by code), and
 /// answers 400 with the server's message for the first it refuses (R24): a base or variant the
-/// server rejects is refused up front rather than reported in status later. When the server
-/// cannot say, the write goes ahead and the controller reports what happens.
+/// server rejects is refused up front rather than reported in status later. A variant whose
+/// Deployment name is taken by someone else's Deployment answers 409 (R9, issue 25), when that
+/// is known: from the caches (a Deployment generated for another owner), or from the dry run
+/// (the name is taken: then its metadata is read). When the server cannot say, the write goes
+/// ahead and the controller reports what happens.
 pub async fn check_with_server(
     state: &ApiState,
     owner: &Owner,
@@ -174,12 +181,42 @@ pub async fn check_with_server(
     variants: &[Variant],
 ) -> Result<(), ApiError> {
     for variant in variants {
+        let name = deployment_name(base.name(), &variant.label);
+        let taken = |meta: &ObjectMeta| {
+            foreign(meta, owner).filter(|f| !f.passing).map(|f| {
+                ApiError::conflict(format!(
+                    "variant {:?}: Deployment {name:?} already exists and {}; it is not \
+                         this Mutation's and is left alone: choose another label",
+                    variant.label, f.by
+                ))
+            })
+        };
+        let key = ObjectRef::new(&name).within(&owner.namespace);
+        for kind in [OwnerKind::Mutation, OwnerKind::MutantDeployment] {
+            if let Some(cached) = state.caches.deployments(kind).store.get(&key)
+                && let Some(conflict) = taken(&cached.metadata)
+            {
+                return Err(conflict);
+            }
+        }
         let object = crate::variant::build(base, owner, variant);
-        if let Some(message) = refusal(&state.client, &owner.namespace, &object).await {
-            return Err(ApiError::bad_request(format!(
-                "variant {:?}: rejected by the Kubernetes API: {message}",
-                variant.label
-            )));
+        match dry_run(&state.client, &owner.namespace, &object).await {
+            DryRun::Refused(message) => {
+                return Err(ApiError::bad_request(format!(
+                    "variant {:?}: rejected by the Kubernetes API: {message}",
+                    variant.label
+                )));
+            }
+            DryRun::Taken => {
+                let api: Api<ObservedDeployment> =
+                    Api::namespaced(state.client.clone(), &owner.namespace);
+                if let Ok(Some(existing)) = api.get_metadata_opt(&name).await
+                    && let Some(conflict) = taken(&existing.metadata)
+                {
+                    return Err(conflict);
+                }
+            }
+            DryRun::Accepted | DryRun::Unknown => {}
         }
     }
     Ok(())

@@ -18,9 +18,13 @@ use super::{
     },
 };
 use crate::{
-    crd::{Mutation, OwnerKind, Variant},
+    crd::{Mutation, OwnerKind, Variant, limits::MAX_INSTANCES},
     http,
-    variant::{Base, Owner, validate_variants},
+    variant::{
+        Base, Owner,
+        access::{device_may_add, device_may_scale},
+        check_variant_count, validate_variants,
+    },
 };
 
 /// `GET .../variants`.
@@ -50,8 +54,9 @@ pub async fn get(
     Ok(http::json(StatusCode::OK, &view))
 }
 
-/// `POST .../variants` `{label, env, instances}`: 201, 400 when invalid, 409 when the label is
-/// taken or the Mutation is read-only.
+/// `POST .../variants` `{label, env, instances}`: 201, 400 when invalid, 403 when a Mutation's
+/// token asks what its owner does not allow (R32), 409 when the label is taken, its Deployment
+/// name belongs to someone else, or the Mutation is read-only.
 pub async fn add(
     state: &ApiState,
     caller: &Caller,
@@ -63,6 +68,9 @@ pub async fn add(
     let variant = Variant::from(body);
     validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
         .map_err(ApiError::bad_request)?;
+    // Checked on the cached Mutation first, so that a refused request costs no request to the
+    // API server, then again in the edit, on the Mutation as read from the API server.
+    device_check(caller, &cached, &variant)?;
     if let (Ok(owner), Ok(base)) = (
         Owner::from_resource(OwnerKind::Mutation, cached.as_ref()),
         Base::parse(&cached.spec.deployment.value()),
@@ -76,12 +84,25 @@ pub async fn add(
                 "variant {label:?} already exists in mutation {ns}/{name}"
             )));
         }
+        check_variant_count(m.spec.variants.len() + 1).map_err(ApiError::bad_request)?;
+        device_check(caller, m, &variant)?;
         let mut variants = m.spec.variants.clone();
         variants.push(variant.clone());
         Ok(variants)
     })
     .await?;
     respond(&updated, &label, StatusCode::CREATED, ns, name)
+}
+
+/// For a Mutation's own token: whether it may add `variant` to `m` (R32); 403 naming the
+/// variable or the bound if not. The admin is not held to it.
+fn device_check(caller: &Caller, m: &Mutation, variant: &Variant) -> Result<(), ApiError> {
+    if *caller == Caller::Admin {
+        return Ok(());
+    }
+    let base = m.spec.deployment.value();
+    let access = m.spec.device_access.as_ref();
+    device_may_add(&base, access, variant, m.spec.variants.len()).map_err(ApiError::forbidden)
 }
 
 /// `PATCH .../variants/{label}` `{instances}`: changes only the replica count, so the running
@@ -94,14 +115,27 @@ pub async fn scale(
     label: &str,
     body: ScaleRequest,
 ) -> ApiResult {
-    fresh::mutation(state, caller, ns, name).await?;
+    let cached = fresh::mutation(state, caller, ns, name).await?;
     if body.instances < 0 {
         return Err(ApiError::bad_request(format!(
             "instances {}: must not be negative",
             body.instances
         )));
     }
+    if body.instances > MAX_INSTANCES {
+        return Err(ApiError::bad_request(format!(
+            "instances {}: at most {MAX_INSTANCES} allowed",
+            body.instances
+        )));
+    }
+    let device = |m: &Mutation| match caller {
+        Caller::Admin => Ok(()),
+        Caller::Mutation { .. } => device_may_scale(m.spec.device_access.as_ref(), body.instances)
+            .map_err(ApiError::forbidden),
+    };
+    device(&cached)?;
     let updated = edit(state, ns, name, |m| {
+        device(m)?;
         let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
         let mut variants = m.spec.variants.clone();
         variants[index].instances = body.instances;

@@ -44,7 +44,13 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         .map_err(|message| Error::MissingField(message, "name, namespace or uid"))?;
     let previous = obj.owner_status().cloned().unwrap_or_default();
 
-    let (secret, problems) = ensure_secret(&ctx, &owner).await?;
+    // A name too long to be a label value cannot be served: no Secret, no Deployment can carry
+    // it. Reported, and left at that, rather than failing every reconcile.
+    let unservable = variant::unservable_name(K::KIND.kind(), &owner.name);
+    let (secret, problems) = match &unservable {
+        Some(_) => (None, Vec::new()),
+        None => ensure_secret(&ctx, &owner).await?,
+    };
     let base = obj.base().value();
     let observed = observe(&ctx, &owner);
     let mut created = Vec::new();
@@ -77,6 +83,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         generation: obj.meta().generation,
         secret,
         base_error: base_error.as_deref(),
+        unservable: unservable.as_deref(),
         problems,
         variants,
         now: &now,

@@ -66,14 +66,37 @@ async fn post<T: DeserializeOwned>(
     client.request(request).await
 }
 
-/// Whether the API server refuses `object` itself, asked without writing anything: a dry-run
-/// create with strict field validation. 400 or 422 is a refusal (with the server's message);
-/// success, or 409 for a name already taken, is acceptance (validation comes first); anything
-/// else says nothing (`None`). The HTTP API asks it too, to answer 400 for what the server
-/// would refuse.
-pub async fn refusal(client: &Client, namespace: &str, object: &Value) -> Option<String> {
+/// What a dry-run create of a Deployment answered ([`dry_run`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DryRun {
+    /// The server would create it.
+    Accepted,
+    /// The server refuses the object itself (400 or 422), with its message.
+    Refused(String),
+    /// The object is valid, and a Deployment of that name exists (409 AlreadyExists: the
+    /// server validates first).
+    Taken,
+    /// The server could not say (another error, or no answer).
+    Unknown,
+}
+
+/// Asks the API server, without writing anything, what it would make of creating `object`: a
+/// dry-run create with strict field validation.
+pub async fn dry_run(client: &Client, namespace: &str, object: &Value) -> DryRun {
     match post::<IgnoredAny>(client, namespace, object, true).await {
-        Err(kube::Error::Api(status)) if refused(&status) => Some(status.message),
+        Ok(_) => DryRun::Accepted,
+        Err(kube::Error::Api(status)) if refused(&status) => DryRun::Refused(status.message),
+        Err(kube::Error::Api(status)) if status.code == 409 => DryRun::Taken,
+        Err(_) => DryRun::Unknown,
+    }
+}
+
+/// Whether the API server refuses `object` itself, asked without writing anything
+/// ([`dry_run`]): the server's message for a 400 or 422; `None` for acceptance (a name already
+/// taken included: validation comes first) and when the server cannot say.
+pub async fn refusal(client: &Client, namespace: &str, object: &Value) -> Option<String> {
+    match dry_run(client, namespace, object).await {
+        DryRun::Refused(message) => Some(message),
         _ => None,
     }
 }

@@ -58,6 +58,7 @@ pub(crate) fn mutation(name: &str, variants: Vec<Variant>) -> Mutation {
         MutationSpec {
             deployment: (&minimal_base()).into(),
             variants,
+            device_access: None,
         },
     );
     m.metadata.namespace = Some("default".into());

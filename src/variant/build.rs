@@ -7,11 +7,10 @@ use std::collections::btree_map::Entry;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
-use super::validate::{deployment_name, validate_variant};
-use super::{
-    Base, HASH_ANNOTATION, OWNER_LABEL, ObservedDeployment, Owner, is_controlled_by, variant_state,
-};
-use crate::crd::{Variant, VariantState, VariantStatus};
+use super::access::literal_env_value;
+use super::validate::{deployment_name, unservable_name, validate_variant};
+use super::{Base, HASH_ANNOTATION, ObservedDeployment, Owner, is_controlled_by, variant_state};
+use crate::crd::{OwnerKind, Variant, VariantState, VariantStatus};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
 /// them, and applying them would fight those writers.
@@ -29,7 +28,9 @@ const SERVER_ANNOTATIONS: [&str; 2] = [
 /// the pod template), [`HASH_ANNOTATION`] and the controller ownerReference, and drops `status`.
 /// `spec.replicas` becomes `instances`. In every container of the pod template (not the init
 /// containers) a variant variable replaces each base entry of the same name in place, whole
-/// (even a `valueFrom` one); the others are appended in name order. The variant is not
+/// (even a `valueFrom` one); the others are appended in name order. A Mutation's values are
+/// written literal ([`literal_env_value`]: the kubelet does not expand `$(VAR)` in them); a
+/// MutantDeployment's, declared in git beside its base, as written. The variant is not
 /// validated here: see [`plan`].
 pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
     let ours = owner.labels(&v.label);
@@ -72,8 +73,9 @@ pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
     if let Some(Value::Array(containers)) =
         object_at(&mut spec, &["template", "spec"]).and_then(|pod| pod.get_mut("containers"))
     {
+        let literal = owner.kind == OwnerKind::Mutation;
         for c in containers.iter_mut().filter_map(Value::as_object_mut) {
-            merge_env(c, &v.env);
+            merge_env(c, &v.env, literal);
         }
     }
 
@@ -120,8 +122,9 @@ fn add_labels(map: &mut Map<String, Value>, labels: &[(&str, &str)]) {
     }
 }
 
-/// Extends one container's `env` with the variant's (R4).
-fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>) {
+/// Extends one container's `env` with the variant's (R4); `literal`: with each value escaped
+/// so that the kubelet passes it on as written.
+fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>, literal: bool) {
     if env.is_empty() {
         return;
     }
@@ -131,6 +134,11 @@ fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>)
     }
     let Value::Array(items) = list else { return };
     for (name, value) in env {
+        let value = if literal {
+            literal_env_value(value)
+        } else {
+            value.clone()
+        };
         let entry = json!({ "name": name, "value": value });
         let mut replaced = false;
         for item in items.iter_mut() {
@@ -149,6 +157,50 @@ fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>)
 fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Whose a Deployment is that has the name of one of `owner`'s variants, when it is not
+/// `owner`'s (R9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    /// Whose it is, as the end of a sentence: "has no controller", "is controlled by ...".
+    pub by: String,
+    /// It is controlled by an earlier owner of the same kind and name (deleted and made
+    /// again): the garbage collector removes it soon, and the variant is applied then.
+    pub passing: bool,
+}
+
+/// Whether the Deployment of `meta` belongs to someone other than `owner` (its controller
+/// ownerReference has another uid, or there is none), and whose (R9). `None`: it is `owner`'s.
+pub fn foreign(meta: &ObjectMeta, owner: &Owner) -> Option<Foreign> {
+    if is_controlled_by(meta, &owner.uid) {
+        return None;
+    }
+    let controller = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true));
+    Some(match controller {
+        None => Foreign {
+            by: "has no controller".to_owned(),
+            passing: false,
+        },
+        // Deleted and created again: the old one's Deployments await the garbage collector,
+        // after which this variant is applied.
+        Some(r) if r.kind == owner.kind.kind() && r.name == owner.name => Foreign {
+            by: format!(
+                "is controlled by an earlier {} {:?} (uid {}), until the garbage collector \
+                 removes it",
+                r.kind, r.name, r.uid
+            ),
+            passing: true,
+        },
+        Some(r) => Foreign {
+            by: format!("is controlled by {} {:?}", r.kind, r.name),
+            passing: false,
+        },
     })
 }
 
@@ -213,30 +265,9 @@ impl Planned {
         let Planned::Apply { label, name, .. } = &self else {
             return self;
         };
-        if is_controlled_by(meta, &owner.uid) {
+        let Some(Foreign { by, .. }) = foreign(meta, owner) else {
             return self;
-        }
-        let by = meta
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-            .map_or_else(
-                || "has no controller".to_owned(),
-                |r| {
-                    if r.kind == owner.kind.kind() && r.name == owner.name {
-                        // Deleted and created again: the old one's Deployments await the
-                        // garbage collector, after which this variant is applied.
-                        format!(
-                            "is controlled by an earlier {} {:?} (uid {}), until the garbage \
-                             collector removes it",
-                            r.kind, r.name, r.uid
-                        )
-                    } else {
-                        format!("is controlled by {} {:?}", r.kind, r.name)
-                    }
-                },
-            );
+        };
         Planned::Conflict {
             label: label.clone(),
             message: format!("Deployment {name:?} already exists and {by}; it is left alone"),
@@ -288,13 +319,7 @@ impl Planned {
 /// the rest are built. An owner whose name is too long for a label value makes every variant
 /// `Invalid`. Foreign Deployments are checked afterwards with [`Planned::check_existing`].
 pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
-    let owner_problem = (owner.name.len() > 63).then(|| {
-        format!(
-            "{} name {:?}: must be at most 63 characters to be used as label {OWNER_LABEL}",
-            owner.kind.kind(),
-            owner.name
-        )
-    });
+    let owner_problem = unservable_name(owner.kind.kind(), &owner.name);
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
     variants
         .iter()

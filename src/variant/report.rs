@@ -79,6 +79,9 @@ pub struct Findings<'a> {
     pub secret: Option<String>,
     /// Why the base is invalid, or was rejected by the API server.
     pub base_error: Option<&'a str>,
+    /// Why the operator cannot serve the owner at all (its name is too long to label what it
+    /// would make), if so: nothing is made for it.
+    pub unservable: Option<&'a str>,
     /// Other problems of the owner as a whole (a foreign Secret).
     pub problems: Vec<String>,
     /// One status per declared variant, in spec order.
@@ -89,23 +92,30 @@ pub struct Findings<'a> {
 
 /// The owner's status (R3, R11): the summary, the Ready condition (its transition time kept
 /// while it does not change, so an unchanged status is equal and not written again: R12), and
-/// one message joining every object-level problem, the invalid base first.
+/// one message joining every object-level problem, an unservable name first, then the invalid
+/// base. An unservable owner's condition is False with reason `InvalidName`.
 pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
     let previous_ready = found
         .previous
         .conditions
         .iter()
         .find(|c| c.type_ == super::READY_CONDITION);
-    let condition = ready_condition(
+    let mut condition = ready_condition(
         &found.variants,
-        found.base_error,
+        found.unservable.or(found.base_error),
         found.generation,
         previous_ready,
         found.now,
     );
+    if found.unservable.is_some() {
+        condition.reason = "InvalidName".to_owned();
+    }
     let mut messages = found.problems;
     if let Some(problem) = found.base_error {
         messages.insert(0, format!("invalid base deployment: {problem}"));
+    }
+    if let Some(problem) = found.unservable {
+        messages.insert(0, problem.to_owned());
     }
     OwnerStatus {
         observed_generation: found.generation,

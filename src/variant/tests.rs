@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::crd::{OwnerKind, fixtures::variant};
 
+mod access;
 mod build;
 mod report;
 mod status;
@@ -187,6 +188,7 @@ fn owner_from_resource_needs_namespace_and_uid() {
         crate::crd::MutationSpec {
             deployment: (&base_json()).into(),
             variants: vec![],
+            device_access: None,
         },
     );
     assert!(Owner::from_resource(OwnerKind::Mutation, &m).is_err_and(|e| e.contains("namespace")));

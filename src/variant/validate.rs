@@ -7,8 +7,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::MAX_DEPLOYMENT_NAME;
-use crate::crd::Variant;
+use super::{MAX_DEPLOYMENT_NAME, OWNER_LABEL};
+use crate::crd::{
+    Variant,
+    limits::{MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE, MAX_INSTANCES, MAX_VARIANTS},
+};
 
 /// What a DNS-1123 label is, for messages.
 pub(super) const LABEL_RULE: &str = "must be a DNS-1123 label: lower-case letters, digits and \
@@ -71,6 +74,29 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// The longest owner name the operator can serve: its generated objects carry it as the value
+/// of label `mutantops.neiam.org/owner`, and a label value has at most 63 characters.
+pub const MAX_OWNER_NAME: usize = 63;
+
+/// Why the operator cannot serve an owner of this name (issue 25): longer than
+/// [`MAX_OWNER_NAME`], it cannot label the Deployments and the Secret it would make.
+pub fn unservable_name(kind: &str, name: &str) -> Option<String> {
+    (name.chars().count() > MAX_OWNER_NAME).then(|| {
+        format!(
+            "{kind} name {name:?} is {} characters: at most {MAX_OWNER_NAME} can be served, as \
+             the value of label {OWNER_LABEL} on what the operator makes for it",
+            name.chars().count()
+        )
+    })
+}
+
+/// Checks the name of a Mutation to create: [`validate_name`], and servable
+/// ([`unservable_name`]).
+pub fn validate_mutation_name(name: &str) -> Result<(), String> {
+    validate_name(name)?;
+    unservable_name("Mutation", name).map_or(Ok(()), Err)
+}
+
 /// Checks an environment variable name (R8) with Kubernetes' classic rule
 /// `[-._a-zA-Z][-._a-zA-Z0-9]*`.
 pub fn validate_env_name(name: &str) -> Result<(), String> {
@@ -90,9 +116,11 @@ pub fn deployment_name(base: &str, label: &str) -> String {
     format!("{base}-{label}")
 }
 
-/// Checks a list of variants as the controller will (R8), and that no label is given twice:
-/// what the HTTP API accepts. The first problem found is reported, with its variant.
+/// Checks a list of variants as the controller will (R8), that no label is given twice and
+/// that there are at most [`MAX_VARIANTS`]: what the HTTP API accepts. The first problem found
+/// is reported, with its variant.
 pub fn validate_variants(base_name: &str, variants: &[Variant]) -> Result<(), String> {
+    check_variant_count(variants.len())?;
     let mut seen = std::collections::BTreeSet::new();
     for v in variants {
         validate_variant(base_name, v).map_err(|e| format!("variant {:?}: {e}", v.label))?;
@@ -103,8 +131,20 @@ pub fn validate_variants(base_name: &str, variants: &[Variant]) -> Result<(), St
     Ok(())
 }
 
-/// Checks one variant against the rules of R8: label, Deployment name length, every env name
-/// and instances. All problems are reported, joined with `"; "`.
+/// Fails when an owner would have more than [`MAX_VARIANTS`] variants (the CRD's `maxItems`).
+pub fn check_variant_count(count: usize) -> Result<(), String> {
+    if count > MAX_VARIANTS {
+        Err(format!(
+            "variants: {count}, at most {MAX_VARIANTS} allowed per owner"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks one variant against the rules of R8 and the hard maxima of the CRD (R32): label,
+/// Deployment name length, every env name, the number of env entries and the length of their
+/// names and values, and instances. All problems are reported, joined with `"; "`.
 pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
     let mut problems = Vec::new();
     match validate_label(&v.label) {
@@ -121,8 +161,34 @@ pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
         Err(e) => problems.push(e),
     }
     problems.extend(v.env.keys().filter_map(|k| validate_env_name(k).err()));
+    if v.env.len() > MAX_ENV {
+        problems.push(format!(
+            "env: {} entries, at most {MAX_ENV} allowed",
+            v.env.len()
+        ));
+    }
+    for (name, value) in &v.env {
+        let (name_length, value_length) = (name.chars().count(), value.chars().count());
+        if name_length > MAX_ENV_NAME {
+            problems.push(format!(
+                "env name {:?}...: {name_length} characters, at most {MAX_ENV_NAME} allowed",
+                name.chars().take(16).collect::<String>()
+            ));
+        }
+        if value_length > MAX_ENV_VALUE {
+            problems.push(format!(
+                "env {name:?}: value of {value_length} characters, at most {MAX_ENV_VALUE} \
+                 allowed"
+            ));
+        }
+    }
     if v.instances < 0 {
         problems.push(format!("instances {}: must not be negative", v.instances));
+    } else if v.instances > MAX_INSTANCES {
+        problems.push(format!(
+            "instances {}: at most {MAX_INSTANCES} allowed",
+            v.instances
+        ));
     }
     join(problems)
 }

@@ -208,6 +208,15 @@ impl Worker {
         }
         let who = self.who(label);
         let done: Vec<Slot> = possible.iter().filter_map(|s| op.apply(s)).collect();
+        // Issue 25: a variant on the name of a foreign Deployment is refused up front (409),
+        // when the operator knows of that Deployment; nothing changes, whatever the label held.
+        let foreign_name = matches!(
+            (&op, &wire),
+            (Op::Add { .. }, Wire::Answer(reply))
+                if label == TAKEN
+                    && reply.status == 409
+                    && error_of(reply).contains("already exists and")
+        );
         let outcome = match &wire {
             Wire::Unreachable(_) => Outcome::Unreachable,
             Wire::Lost(_) | Wire::Hung => Outcome::Uncertain,
@@ -215,6 +224,7 @@ impl Worker {
                 (Op::Add { .. }, 201) | (Op::Scale { .. }, 200) | (Op::Remove, 204) => {
                     Outcome::Acked
                 }
+                (Op::Add { .. }, 409) if foreign_name => Outcome::Refused,
                 // Refused for the label, and for nothing else (the body says which).
                 (Op::Add { .. }, 409)
                     if error_of(reply).contains(&format!("variant {label:?} already exists")) =>
@@ -250,6 +260,7 @@ impl Worker {
         ctx.count(channel.name(), op.name(), outcome);
         match outcome {
             Outcome::Unreachable => {}
+            Outcome::Refused if foreign_name => {}
             Outcome::Uncertain => {
                 self.model.get_mut(label).unwrap().extend(done);
             }

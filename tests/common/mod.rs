@@ -385,6 +385,7 @@ impl Operator {
             .env("RUST_LOG", "info,mutantops=debug")
             .env_remove("MUTANT_API_TOKEN")
             .env_remove("MUTANT_API_INSECURE")
+            .env_remove("MUTANT_API_INSECURE_ALLOW_REMOTE")
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .stdout(std::process::Stdio::null())

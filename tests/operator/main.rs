@@ -15,6 +15,7 @@ mod api_argo;
 mod api_auth;
 mod api_badinput;
 mod api_concurrency;
+mod api_device;
 mod api_input;
 mod api_load;
 mod api_walkthrough;

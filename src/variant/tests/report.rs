@@ -116,6 +116,7 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
         generation: Some(2),
         secret: Some("snap-secret".into()),
         base_error: None,
+        unservable: None,
         problems: Vec::new(),
         variants: variants.clone(),
         now: "t1",
@@ -131,6 +132,7 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
         generation: Some(2),
         secret: Some("snap-secret".into()),
         base_error: None,
+        unservable: None,
         problems: Vec::new(),
         variants,
         now: "t2",
@@ -142,6 +144,7 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
         generation: Some(3),
         secret: None,
         base_error: Some("no spec"),
+        unservable: None,
         problems: vec!["Secret \"snap-secret\" exists".into()],
         variants: Vec::new(),
         now: "t3",
@@ -176,6 +179,7 @@ fn the_owner_status_lists_the_declared_labels() {
         generation: Some(1),
         secret: None,
         base_error: None,
+        unservable: None,
         problems: Vec::new(),
         variants,
         now: "t1",
@@ -184,5 +188,34 @@ fn the_owner_status_lists_the_declared_labels() {
     assert_eq!(
         serde_json::to_value(&status).unwrap_or_default()["variantLabels"],
         json!("b,Bad,a")
+    );
+}
+
+// issue 25, item 11: an owner whose name cannot be a label value is reported, with a False
+// Ready condition even without variants, instead of failing to reconcile.
+#[test]
+fn an_unservable_name_is_reported_and_never_ready() {
+    let name = "m".repeat(70);
+    let problem = unservable_name("Mutation", &name).unwrap_or_default();
+    assert!(
+        problem.contains("70 characters") && problem.contains("at most 63"),
+        "{problem}"
+    );
+    assert_eq!(unservable_name("Mutation", &"m".repeat(63)), None);
+    let status = owner_status(Findings {
+        previous: &OwnerStatus::default(),
+        generation: Some(1),
+        secret: None,
+        base_error: None,
+        unservable: Some(&problem),
+        problems: Vec::new(),
+        variants: Vec::new(),
+        now: "t1",
+    });
+    assert_eq!(status.message.as_deref(), Some(problem.as_str()));
+    let condition = &status.conditions[0];
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "InvalidName")
     );
 }

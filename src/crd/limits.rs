@@ -1,0 +1,126 @@
+//! The bounds of a variant and of a Mutation's device tokens (issue 25, R32): the hard maxima
+//! every writer is held to (the CRD schema carries them, so the API server refuses what the
+//! HTTP API refuses), the defaults of what a Mutation's own token may ask, and
+//! [`DeviceAccess`], the spec field by which a Mutation's owner changes those.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Most variants one owner may declare (both kinds; `maxItems` in the schema).
+pub const MAX_VARIANTS: usize = 500;
+/// Most instances one variant may ask for (`maximum` in the schema).
+pub const MAX_INSTANCES: i32 = 1000;
+/// Most env entries one variant may have (`maxProperties` in the schema).
+pub const MAX_ENV: usize = 256;
+/// Longest env name, in characters (a validation rule in the schema).
+pub const MAX_ENV_NAME: usize = 128;
+/// Longest env value, in characters (`maxLength` in the schema, which counts characters).
+pub const MAX_ENV_VALUE: usize = 32 * 1024;
+
+/// What a Mutation's own token may ask when its owner says nothing else: sized for a fleet of
+/// boards, each registering a variant or two.
+pub const DEVICE_MAX_INSTANCES: i32 = 10;
+/// Default of [`DeviceAccess::max_variants`].
+pub const DEVICE_MAX_VARIANTS: usize = 20;
+/// Default of [`DeviceAccess::max_env`].
+pub const DEVICE_MAX_ENV: usize = 32;
+/// Default of [`DeviceAccess::max_value_length`].
+pub const DEVICE_MAX_VALUE: usize = 4 * 1024;
+
+/// What the Mutation's own token (the one its devices hold) may ask of its variants. Absent,
+/// or any field of it absent: the defaults. The admin token is bound only by the hard maxima.
+/// Unknown fields are ignored when decoding (the API server prunes them anyway), so that an
+/// object written under a newer CRD cannot stop this operator's watch; the HTTP API refuses
+/// them in its requests.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceAccess {
+    /// The only env names the token may set. Absent: any name, except the variables that
+    /// change how a process loads or starts (LD_*, BASH_ENV, NODE_OPTIONS, PYTHON*, PATH, ...:
+    /// see the README's "Security model"); such a name listed here is allowed. Never a name
+    /// that the base sets with valueFrom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 128)))]
+    pub env: Option<Vec<String>>,
+
+    /// Most instances the token may give a variant (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_instances: Option<i32>,
+
+    /// Most variants the Mutation may have after the token adds one (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 500))]
+    pub max_variants: Option<i32>,
+
+    /// Most env entries of a variant the token adds (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 256))]
+    pub max_env: Option<i32>,
+
+    /// Longest env value, in characters, of a variant the token adds (default 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 32768))]
+    pub max_value_length: Option<i32>,
+}
+
+/// The schema of a variant's `env`: a map of strings, with the hard maxima of its size, its
+/// names and its values, so kubectl gets the answer the HTTP API gives.
+pub(super) fn env_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names = format!("self.all(name, size(name) <= {MAX_ENV_NAME})");
+    let message = format!("env names must be at most {MAX_ENV_NAME} characters");
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_ENV,
+        "additionalProperties": { "type": "string", "maxLength": MAX_ENV_VALUE },
+        "x-kubernetes-validations": [{ "rule": names, "message": message }]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // R32: the numbers written into the schema attributes are the constants.
+    #[test]
+    fn the_schema_carries_the_constants() {
+        let schema = serde_json::to_value(schemars::schema_for!(DeviceAccess))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let max = |field: &str| schema["properties"][field]["maximum"].as_f64();
+        assert_eq!(max("maxInstances"), Some(f64::from(MAX_INSTANCES)));
+        assert_eq!(max("maxVariants"), Some(MAX_VARIANTS as f64));
+        assert_eq!(max("maxEnv"), Some(MAX_ENV as f64));
+        assert_eq!(max("maxValueLength"), Some(MAX_ENV_VALUE as f64));
+        let names = &schema["properties"]["env"];
+        assert_eq!(
+            names["items"]["maxLength"].as_u64(),
+            Some(MAX_ENV_NAME as u64)
+        );
+        let env = serde_json::to_value(env_schema(&mut schemars::SchemaGenerator::default()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(env["maxProperties"].as_u64(), Some(MAX_ENV as u64));
+        assert_eq!(
+            env["additionalProperties"]["maxLength"].as_u64(),
+            Some(MAX_ENV_VALUE as u64)
+        );
+        let rule = env["x-kubernetes-validations"][0]["rule"].as_str();
+        assert_eq!(rule, Some("self.all(name, size(name) <= 128)"));
+        // and the variant's own fields, in both kinds
+        let spec = |schema: schemars::Schema| {
+            serde_json::to_value(schema).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let variant = spec(schemars::schema_for!(super::super::Variant));
+        let instances = &variant["properties"]["instances"]["maximum"];
+        assert_eq!(instances.as_f64(), Some(f64::from(MAX_INSTANCES)));
+        let mutation = spec(schemars::schema_for!(super::super::MutationSpec));
+        let md = spec(schemars::schema_for!(super::super::MutantDeploymentSpec));
+        assert_eq!(
+            mutation["properties"]["variants"]["maxItems"].as_u64(),
+            Some(MAX_VARIANTS as u64)
+        );
+        assert_eq!(
+            md["properties"]["mutations"]["maxItems"].as_u64(),
+            Some(MAX_VARIANTS as u64)
+        );
+    }
+}

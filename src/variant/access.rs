@@ -1,0 +1,275 @@
+//! What a Mutation's own token may ask of its variants (issue 25, R32). That token is on every
+//! device of the Mutation, so it is held to what a device needs: settings of the app, never
+//! what changes which code runs or what it can read.
+//!
+//! - [`STARTUP_ENV`]: the one list of the variables that change how a process loads or starts,
+//!   refused unless the owner names them in `spec.deviceAccess.env`;
+//! - [`DeviceLimits`]: the bounds (instances, variants, env entries, value length), from the
+//!   defaults and `spec.deviceAccess`;
+//! - [`device_may_add`] and [`device_may_scale`]: the checks of a token's request, each refusal
+//!   naming the variable or the bound;
+//! - [`literal_env_value`]: how a Mutation's env value is written into a Deployment so that
+//!   the kubelet passes it on as sent (no `$(VAR)` expansion).
+//!
+//! The admin token is held only to the hard maxima of every variant (`validate_variant`).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::crd::{
+    DeviceAccess, Variant,
+    limits::{DEVICE_MAX_ENV, DEVICE_MAX_INSTANCES, DEVICE_MAX_VALUE, DEVICE_MAX_VARIANTS},
+};
+
+/// The variables that change how a process loads or starts, which a Mutation's token may not
+/// set unless the owner lists them by name in `spec.deviceAccess.env`. A trailing `*` stands
+/// for any rest of the name. Names are compared without regard to case (npm reads its
+/// settings in any case; no app setting worth having differs from these by case alone).
+pub const STARTUP_ENV: &[&str] = &[
+    // the dynamic loader and the C library: libraries preloaded or searched, audit modules,
+    // character-set modules, tunables parsed by the loader
+    "LD_*",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    // shells: files sourced at start, options, traces evaluated, exported functions
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "BASH_FUNC_*",
+    // where executables are found, and the start-up files read from home
+    "PATH",
+    "HOME",
+    // the JVM: agents and options on every start; the class path
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "JAVA_OPTS",
+    "CLASSPATH",
+    // Node.js and npm: --require, --inspect, module paths, npm's own settings (script-shell)
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "NPM_CONFIG_*",
+    // Python, Perl, Ruby, Lua, PHP: module paths, start-up scripts, interpreter options
+    "PYTHON*",
+    "PERL5*",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "LUA_*",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    // .NET: start-up hooks, extra dependencies, profilers loaded into the process
+    "DOTNET_STARTUP_HOOKS",
+    "DOTNET_ADDITIONAL_DEPS",
+    "CORECLR_*",
+    // OpenSSL: its configuration loads engines and providers (shared libraries)
+    "OPENSSL_CONF",
+    "OPENSSL_ENGINES",
+    "OPENSSL_MODULES",
+];
+
+/// Whether `name` is one of [`STARTUP_ENV`].
+pub fn is_startup_env(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    STARTUP_ENV
+        .iter()
+        .any(|entry| match entry.strip_suffix('*') {
+            Some(prefix) => upper.starts_with(prefix),
+            None => upper == *entry,
+        })
+}
+
+/// How a Mutation's env value is written into its Deployment: every `$` doubled. The kubelet
+/// expands `$(VAR)` in env values and turns `$$` into `$`, so the container sees exactly the
+/// value sent, and a value cannot copy another variable (a Secret's, say) into itself.
+pub fn literal_env_value(value: &str) -> String {
+    value.replace('$', "$$")
+}
+
+/// The bounds a Mutation's token is held to: the defaults, or what the owner set in
+/// `spec.deviceAccess`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Most instances of a variant.
+    pub instances: i32,
+    /// Most variants of the Mutation.
+    pub variants: usize,
+    /// Most env entries of a variant.
+    pub env: usize,
+    /// Longest env value, in characters.
+    pub value_length: usize,
+}
+
+impl DeviceLimits {
+    /// The limits of a Mutation with `access` (its `spec.deviceAccess`).
+    pub fn of(access: Option<&DeviceAccess>) -> DeviceLimits {
+        let size = |field: Option<i32>, default: usize| {
+            field.map_or(default, |n| usize::try_from(n).unwrap_or(0))
+        };
+        let access = access.cloned().unwrap_or_default();
+        DeviceLimits {
+            instances: access.max_instances.unwrap_or(DEVICE_MAX_INSTANCES).max(0),
+            variants: size(access.max_variants, DEVICE_MAX_VARIANTS),
+            env: size(access.max_env, DEVICE_MAX_ENV),
+            value_length: size(access.max_value_length, DEVICE_MAX_VALUE),
+        }
+    }
+}
+
+/// Where a bound comes from, for messages: the owner's field, or the default.
+fn bound_source(field: &str, set: bool) -> String {
+    if set {
+        format!("spec.deviceAccess.{field}")
+    } else {
+        format!("the default; the owner may change it in spec.deviceAccess.{field}")
+    }
+}
+
+/// The names of the base's env entries that take their value from elsewhere (`valueFrom`: a
+/// Secret, a ConfigMap, a field, a resource), in any container a variant's env goes into.
+pub fn value_from_names(base: &Value) -> BTreeSet<String> {
+    base.pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("env").and_then(Value::as_array))
+        .flatten()
+        .filter(|e| e.get("valueFrom").is_some_and(|v| !v.is_null()))
+        .filter_map(|e| e.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// Whether a Mutation's token may add `variant` to a Mutation of base `base` (as JSON) and
+/// `access`, which has `variants` variants now (R32). Err is the message of a 403, naming the
+/// variable or the bound. The variant is otherwise valid (`validate_variant`).
+pub fn device_may_add(
+    base: &Value,
+    access: Option<&DeviceAccess>,
+    variant: &Variant,
+    variants: usize,
+) -> Result<(), String> {
+    let limits = DeviceLimits::of(access);
+    let set = |f: fn(&DeviceAccess) -> bool| access.is_some_and(f);
+    device_may_scale(access, variant.instances)?;
+    if variants >= limits.variants {
+        return Err(format!(
+            "variants: the Mutation has {variants}; a Mutation's token may add one only while it \
+             has fewer than {} ({})",
+            limits.variants,
+            bound_source("maxVariants", set(|a| a.max_variants.is_some()))
+        ));
+    }
+    if variant.env.len() > limits.env {
+        return Err(format!(
+            "env: {} entries; a Mutation's token may set at most {} ({})",
+            variant.env.len(),
+            limits.env,
+            bound_source("maxEnv", set(|a| a.max_env.is_some()))
+        ));
+    }
+    let from_elsewhere = value_from_names(base);
+    let allowed = access.and_then(|a| a.env.as_ref());
+    for (name, value) in &variant.env {
+        if from_elsewhere.contains(name) {
+            return Err(format!(
+                "env {name:?}: the base sets it with valueFrom (a Secret, ConfigMap or field); a \
+                 Mutation's token may not replace it"
+            ));
+        }
+        match allowed {
+            Some(names) if !names.contains(name) => {
+                return Err(format!(
+                    "env {name:?}: not in spec.deviceAccess.env, the names a Mutation's token \
+                     may set"
+                ));
+            }
+            None if is_startup_env(name) => {
+                return Err(format!(
+                    "env {name:?}: changes how a process loads or starts; a Mutation's token \
+                     may set it only when the owner lists it in spec.deviceAccess.env"
+                ));
+            }
+            _ => {}
+        }
+        let length = value.chars().count();
+        if length > limits.value_length {
+            return Err(format!(
+                "env {name:?}: value of {length} characters; a Mutation's token may send at \
+                 most {} ({})",
+                limits.value_length,
+                bound_source("maxValueLength", set(|a| a.max_value_length.is_some()))
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a Mutation's token may give a variant `instances` (R32). Err is the message of a
+/// 403, naming the bound.
+pub fn device_may_scale(access: Option<&DeviceAccess>, instances: i32) -> Result<(), String> {
+    let limits = DeviceLimits::of(access);
+    if instances > limits.instances {
+        let set = access.is_some_and(|a| a.max_instances.is_some());
+        return Err(format!(
+            "instances {instances}: a Mutation's token may ask for at most {} ({})",
+            limits.instances,
+            bound_source("maxInstances", set)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `spec.deviceAccess` as the CRD schema does, for one sent to the HTTP API: the
+/// bounds within the hard maxima, the names valid env names.
+pub fn validate_device_access(access: &DeviceAccess) -> Result<(), String> {
+    use crate::crd::limits::{MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE, MAX_INSTANCES, MAX_VARIANTS};
+    let mut problems = Vec::new();
+    for (field, value, max) in [
+        (
+            "maxInstances",
+            access.max_instances,
+            i64::from(MAX_INSTANCES),
+        ),
+        ("maxVariants", access.max_variants, MAX_VARIANTS as i64),
+        ("maxEnv", access.max_env, MAX_ENV as i64),
+        (
+            "maxValueLength",
+            access.max_value_length,
+            MAX_ENV_VALUE as i64,
+        ),
+    ] {
+        if let Some(n) = value
+            && !(0..=max).contains(&i64::from(n))
+        {
+            problems.push(format!(
+                "deviceAccess.{field} {n}: must be between 0 and {max}"
+            ));
+        }
+    }
+    for name in access.env.iter().flatten() {
+        if let Err(e) = super::validate_env_name(name) {
+            problems.push(format!("deviceAccess.env: {e}"));
+        } else if name.chars().count() > MAX_ENV_NAME {
+            problems.push(format!(
+                "deviceAccess.env: a name of {} characters, at most {MAX_ENV_NAME} allowed",
+                name.chars().count()
+            ));
+        }
+    }
+    if access
+        .env
+        .as_ref()
+        .is_some_and(|names| names.len() > MAX_ENV)
+    {
+        problems.push(format!("deviceAccess.env: more than {MAX_ENV} names"));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
