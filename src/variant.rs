@@ -13,6 +13,8 @@
 //!   Deployments are ours to delete or overwrite (R6, R9);
 //! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
+//! - **refusals**: [`classify`] tells the API server's refusal of a Deployment (the object's
+//!   fault, or a policy's) from a failure worth retrying (R10, R35);
 //! - **observe**: [`ObservedDeployment`] is what the controllers cache of a generated
 //!   Deployment: the metadata, the counters, whether it was created rather than applied
 //!   ([`CreatedEntry`]), and the rest as compact text for `needs_apply`.
@@ -32,6 +34,7 @@ use crate::crd::OwnerKind;
 pub mod access;
 mod build;
 mod observed;
+mod refusal;
 mod report;
 mod status;
 mod validate;
@@ -41,6 +44,7 @@ mod tests;
 
 pub use build::{Foreign, Planned, Step, build, foreign, needs_apply, plan, resolve};
 pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
+pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{

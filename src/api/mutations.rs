@@ -48,7 +48,8 @@ pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Api
 }
 
 /// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants}`: 201, 400 when
-/// invalid, 409 when the name is taken.
+/// invalid, 403 when the API server's dry run of a variant answers 403 (a quota, an admission
+/// policy: R35), 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
     // A name the operator could not label its Deployments and Secret with is refused here,
     // rather than stored and reported Invalid (issue 25).

@@ -168,12 +168,14 @@ impl From<kube::Error> for ApiError {
 
 /// Asks the API server, without writing anything, whether it would accept the Deployment of
 /// each of `variants` (a dry-run create with strict field validation, answered by code), and
-/// answers 400 with the server's message for the first it refuses (R24): a base or variant the
-/// server rejects is refused up front rather than reported in status later. A variant whose
-/// Deployment name is taken by someone else's Deployment answers 409 (R9, issue 25), when that
-/// is known: from the caches (a Deployment generated for another owner), or from the dry run
-/// (the name is taken: then its metadata is read). When the server cannot say, the write goes
-/// ahead and the controller reports what happens.
+/// answers with the server's message for the first it refuses (R24, R35): 403 when the server
+/// said 403 (a ResourceQuota, an admission policy), else 400 (a malformed object, a
+/// ValidatingAdmissionPolicy's 422). A base or variant the server refuses is refused up front
+/// rather than reported in status later. A variant whose Deployment name is taken by someone
+/// else's Deployment answers 409 (R9, issue 25), when that is known: from the caches (a
+/// Deployment generated for another owner), or from the dry run (the name is taken: then its
+/// metadata is read). When the server cannot say, the write goes ahead and the controller
+/// reports what happens.
 pub async fn check_with_server(
     state: &ApiState,
     owner: &Owner,
@@ -201,11 +203,18 @@ pub async fn check_with_server(
         }
         let object = crate::variant::build(base, owner, variant);
         match dry_run(&state.client, &owner.namespace, &object).await {
-            DryRun::Refused(message) => {
-                return Err(ApiError::bad_request(format!(
+            DryRun::Refused { code, message, .. } => {
+                let message = format!(
                     "variant {:?}: rejected by the Kubernetes API: {message}",
                     variant.label
-                )));
+                );
+                // The server's 403 (a quota, an admission policy) is the caller's 403 (R35);
+                // its 400 or 422 (a malformed object, or an admission policy's denial) is 400.
+                return Err(if code == 403 {
+                    ApiError::forbidden(message)
+                } else {
+                    ApiError::bad_request(message)
+                });
             }
             DryRun::Taken => {
                 let api: Api<ObservedDeployment> =

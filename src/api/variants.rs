@@ -55,8 +55,9 @@ pub async fn get(
 }
 
 /// `POST .../variants` `{label, env, instances}`: 201, 400 when invalid, 403 when a Mutation's
-/// token asks what its owner does not allow (R32), 409 when the label is taken, its Deployment
-/// name belongs to someone else, or the Mutation is read-only.
+/// token asks what its owner does not allow (R32) or the API server's dry run answers 403 (a
+/// quota, an admission policy: R35), 409 when the label is taken, its Deployment name belongs
+/// to someone else, or the Mutation is read-only.
 pub async fn add(
     state: &ApiState,
     caller: &Caller,

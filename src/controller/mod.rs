@@ -50,6 +50,10 @@ pub use write::{DryRun, dry_run, refusal};
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// How often an owner is reconciled when nothing happens (a backstop for missed events).
 pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
+/// How soon an owner is reconciled again when a quota or an admission policy refused one of
+/// its variants (R35): not a failure to retry at once, but what frees a quota or changes a
+/// policy is no event the operator watches.
+pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
 /// Shared state of one controller.
 pub struct Context {

@@ -5,7 +5,9 @@
 //! 3. **observe**: this owner's Deployments, from the cache;
 //! 4. **resolve** (pure, [`variant::resolve`]) and **write**: create what the cache does not
 //!    know (looked up only when the server says the name is taken), apply what differs, prune
-//!    ([`variant::stale`]) what is no longer declared; one Event for what was created;
+//!    ([`variant::stale`]) what is no longer declared; one Event for what was created. A
+//!    variant whose write the API server refuses ([`variant::classify`]) is Invalid with the
+//!    server's message, and the others go on (R35), unless the base alone is refused (R10);
 //! 5. **report** (pure, [`variant::owner_status`]), then write the status when it changed
 //!    (after a creation, in the reconcile the creation brings), and announce new problems as
 //!    Events.
@@ -23,7 +25,7 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, RESYNC_AFTER,
+    Context, REFUSED_RETRY, RESYNC_AFTER,
     events::EventType,
     secret::{self, SecretState},
     write::{self, WriteError},
@@ -31,7 +33,9 @@ use super::{
 use crate::{
     Error, Result,
     crd::{OwnerKind, OwnerResource, OwnerStatus, Variant, VariantStatus},
-    variant::{self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Step},
+    variant::{
+        self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Refusal, Step,
+    },
 };
 
 /// Reconciles one owner. Errors are retried by the controller's error policy.
@@ -54,12 +58,14 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let base = obj.base().value();
     let observed = observe(&ctx, &owner);
     let mut created = Vec::new();
+    let mut denied = false;
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
             match converge(&ctx, &owner, obj.as_ref(), &parsed, planned, &observed).await? {
-                Converged::Applied(variants, new) => {
+                Converged::Applied(variants, new, refused) => {
                     created = new;
+                    denied = refused;
                     (variants, None)
                 }
                 Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),
@@ -96,7 +102,13 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     if status != previous && created.is_empty() {
         write_status::<K>(&ctx, &owner, &status).await?;
     }
-    Ok(Action::requeue(RESYNC_AFTER))
+    // A variant a quota or an admission policy refused is tried again sooner than the resync:
+    // freeing the quota or changing the policy is no event of this owner's (R35).
+    Ok(Action::requeue(if denied {
+        REFUSED_RETRY
+    } else {
+        RESYNC_AFTER
+    }))
 }
 
 /// Step 1, for a Mutation: its Secret, made if missing. Returns the Secret's name when the
@@ -130,9 +142,10 @@ fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
 
 /// How step 4 ended.
 enum Converged {
-    /// Every valid variant is applied and the stale ones pruned: the variants' statuses, and
-    /// the Deployments created (label, name).
-    Applied(Vec<VariantStatus>, Vec<(String, String)>),
+    /// Every valid variant is applied and the stale ones pruned: the variants' statuses, the
+    /// Deployments created (label, name), and whether a policy of the cluster (a quota, an
+    /// admission policy) refused a variant, which is then Invalid (R35).
+    Applied(Vec<VariantStatus>, Vec<(String, String)>, bool),
     /// The API server refused the first write for a reason of the object itself: the base is
     /// at fault, and nothing was applied or pruned (R10).
     BaseRejected(String),
@@ -158,6 +171,7 @@ async fn converge<K: OwnerResource>(
     let mut statuses = Vec::with_capacity(planned.len());
     let mut created = Vec::new();
     let mut declared = BTreeSet::new();
+    let mut denied = false;
 
     for mut planned in planned {
         declared.insert(planned.name().to_string());
@@ -202,19 +216,26 @@ async fn converge<K: OwnerResource>(
                 let Planned::Apply { label, object, .. } = &planned else {
                     return Err(kube::Error::Api(status).into());
                 };
-                let message = write::rejection(ctx, &owner.namespace, object, status).await?;
-                // Whose fault: the same variant without its own env, at 0 instances, is the
-                // base alone. When the server refuses that too, the base is at fault (R10):
-                // nothing is applied or pruned.
-                let alone = Variant {
-                    label: label.clone(),
-                    env: Default::default(),
-                    instances: 0,
-                };
-                let bare = variant::build(base, owner, &alone);
-                if let Some(reason) = write::refusal(&ctx.client, &owner.namespace, &bare).await {
-                    return Ok(Converged::BaseRejected(reason));
+                let (refusal, message) =
+                    write::rejection(ctx, &owner.namespace, object, status).await?;
+                // A malformed Deployment: whose fault? The same variant without its own env,
+                // at 0 instances, is the base alone. When the server refuses that too, the
+                // base is at fault (R10): nothing is applied or pruned. A policy's refusal (a
+                // quota, an admission policy) is this variant's alone (R35): the others are
+                // applied and pruned, and the status says why this one is not.
+                if refusal == Refusal::Malformed {
+                    let alone = Variant {
+                        label: label.clone(),
+                        env: Default::default(),
+                        instances: 0,
+                    };
+                    let bare = variant::build(base, owner, &alone);
+                    if let Some(reason) = write::refusal(&ctx.client, &owner.namespace, &bare).await
+                    {
+                        return Ok(Converged::BaseRejected(reason));
+                    }
                 }
+                denied |= refusal == Refusal::Denied;
                 let message = format!("rejected by the API server: {message}");
                 statuses.push(planned.into_invalid(message).status(None));
                 continue;
@@ -229,7 +250,7 @@ async fn converge<K: OwnerResource>(
 
     let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
     prune(ctx, owner, obj, &api, stale).await?;
-    Ok(Converged::Applied(statuses, created))
+    Ok(Converged::Applied(statuses, created, denied))
 }
 
 /// Deletes `stale` Deployments (R6), each with a uid precondition so a Deployment re-created

@@ -1,6 +1,7 @@
 //! Step 4's writes of a variant's Deployment: create with a POST, server-side apply over an
-//! existing one, and telling a refusal of the object itself (not worth retrying) from a
-//! failure of the server or the network, by the answer's code, never by its text.
+//! existing one, and telling a refusal (of the object itself, or by a policy of the cluster:
+//! not worth retrying) from a failure of the server or the network, by the answer's code and
+//! details, never by its text ([`variant::classify`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
@@ -13,7 +14,7 @@ use serde_json::Value;
 use super::Context;
 use crate::{
     Error,
-    variant::{FIELD_MANAGER, ObservedDeployment},
+    variant::{self, FIELD_MANAGER, ObservedDeployment, Refusal},
 };
 
 /// Why a write of a variant's Deployment failed.
@@ -71,8 +72,17 @@ async fn post<T: DeserializeOwned>(
 pub enum DryRun {
     /// The server would create it.
     Accepted,
-    /// The server refuses the object itself (400 or 422), with its message.
-    Refused(String),
+    /// The server refuses it ([`variant::classify`]): the object itself (400, 422 naming
+    /// fields) or a policy of the cluster (a quota's or an admission policy's 403 or 422), with
+    /// the server's code and its message ([`variant::server_message`]).
+    Refused {
+        /// Whose refusal.
+        refusal: Refusal,
+        /// The server's status code.
+        code: u16,
+        /// The server's message, trimmed.
+        message: String,
+    },
     /// The object is valid, and a Deployment of that name exists (409 AlreadyExists: the
     /// server validates first).
     Taken,
@@ -81,50 +91,58 @@ pub enum DryRun {
 }
 
 /// Asks the API server, without writing anything, what it would make of creating `object`: a
-/// dry-run create with strict field validation.
+/// dry-run create with strict field validation. Admission runs on a dry run too, so a quota
+/// or an admission policy that would refuse the Deployment refuses it here.
 pub async fn dry_run(client: &Client, namespace: &str, object: &Value) -> DryRun {
     match post::<IgnoredAny>(client, namespace, object, true).await {
         Ok(_) => DryRun::Accepted,
-        Err(kube::Error::Api(status)) if refused(&status) => DryRun::Refused(status.message),
-        Err(kube::Error::Api(status)) if status.code == 409 => DryRun::Taken,
+        Err(kube::Error::Api(status)) => match variant::classify(&status) {
+            Some(refusal) => DryRun::Refused {
+                refusal,
+                code: status.code,
+                message: variant::server_message(&status.message),
+            },
+            None if status.code == 409 => DryRun::Taken,
+            None => DryRun::Unknown,
+        },
         Err(_) => DryRun::Unknown,
     }
 }
 
-/// Whether the API server refuses `object` itself, asked without writing anything
-/// ([`dry_run`]): the server's message for a 400 or 422; `None` for acceptance (a name already
-/// taken included: validation comes first) and when the server cannot say.
+/// Whether the API server refuses `object` itself as malformed, asked without writing
+/// anything ([`dry_run`]): the server's message for a 400 or a 422 naming fields; `None` for
+/// acceptance (a name already taken included: validation comes first), for a policy's refusal
+/// (not the object's fault), and when the server cannot say.
 pub async fn refusal(client: &Client, namespace: &str, object: &Value) -> Option<String> {
     match dry_run(client, namespace, object).await {
-        DryRun::Refused(message) => Some(message),
+        DryRun::Refused {
+            refusal: Refusal::Malformed,
+            message,
+            ..
+        } => Some(message),
         _ => None,
     }
 }
 
-/// 400 (bad request: a field the schema does not declare, with strict validation) or 422
-/// (invalid): the object itself is refused.
-fn refused(status: &kube::core::Status) -> bool {
-    status.code == 400 || status.code == 422
-}
-
-/// What a refused write of `object` means: `Ok(message)` when the server refuses the object
-/// itself, so that retrying cannot help; `Err` when it may be the server's or the network's
-/// failure, to retry. A 400 or 422 is the object's; so is a 5xx that a dry-run create of the
-/// same object answers with 400 or 422 (server-side apply answers 500 for a field the schema
-/// does not declare, whatever the field validation asked for).
+/// What a refused write of `object` means: `Ok` with whose refusal and the server's message
+/// (trimmed) when retrying cannot help ([`variant::classify`]: the object is malformed, or a
+/// quota or an admission policy refuses it); `Err` when it may be the server's or the
+/// network's failure, to retry. A 5xx that a dry-run create of the same object answers with
+/// 400 or 422 is the object's too (server-side apply answers 500 for a field the schema does
+/// not declare, whatever the field validation asked for).
 pub(super) async fn rejection(
     ctx: &Context,
     namespace: &str,
     object: &Value,
     status: Box<kube::core::Status>,
-) -> Result<String, Error> {
-    if refused(&status) {
-        return Ok(status.message);
+) -> Result<(Refusal, String), Error> {
+    if let Some(refusal) = variant::classify(&status) {
+        return Ok((refusal, variant::server_message(&status.message)));
     }
     if status.code >= 500
         && let Some(message) = refusal(&ctx.client, namespace, object).await
     {
-        return Ok(message);
+        return Ok((Refusal::Malformed, message));
     }
     Err(kube::Error::Api(status).into())
 }
@@ -133,7 +151,8 @@ pub(super) async fn rejection(
 /// fields, R5). A Deployment the operator created with a POST first has its `Update` entry
 /// made the `Apply` one ([`variant::CreatedEntry`]), so that a field no longer declared is
 /// removed by this apply; the entry is guarded, and a Deployment changed meanwhile fails the
-/// reconcile, to be retried over the newer one.
+/// reconcile, to be retried over the newer one. A policy that refuses that hand-over (an
+/// admission policy on updates) refuses the variant, as it would refuse the apply (R35).
 pub(super) async fn apply(
     ctx: &Context,
     api: &Api<ObservedDeployment>,
@@ -155,7 +174,12 @@ pub(super) async fn apply(
             entry.handover_patch(resource_version),
         )
         .await
-        .map_err(|e| WriteError::Failed(e.into()))?;
+        .map_err(|e| match e {
+            kube::Error::Api(status) if variant::classify(&status) == Some(Refusal::Denied) => {
+                WriteError::Refused(status)
+            }
+            e => WriteError::Failed(e.into()),
+        })?;
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     Ok(api.patch(name, &params, &Patch::Apply(object)).await?)

@@ -50,8 +50,9 @@ pub fn summary(statuses: &[VariantStatus]) -> String {
 /// and every declared variant Ready (also with no variant), so `kubectl wait
 /// --for=condition=Ready` and `READY` never disagree. Else False, with reason `InvalidBase`
 /// (message: the base error), `VariantsNotApplied` when a variant is Invalid or in Conflict,
-/// or `VariantsProgressing`; the message is the summary, with the number of invalid and
-/// conflicting variants if any. `AllVariantsReady` when True.
+/// or `VariantsProgressing`; the message is the summary, with the number and the labels of the
+/// invalid and conflicting variants if any (R35: which variant failed, e.g. one the API server
+/// refused). `AllVariantsReady` when True.
 /// `lastTransitionTime` is kept from `previous` when the status did not change, so an
 /// unchanged condition serializes byte-identically and no status write is needed (R12).
 pub fn ready_condition(
@@ -65,10 +66,16 @@ pub fn ready_condition(
         Some(e) => ("False", "InvalidBase", e.to_owned()),
         None => {
             let count = |st| statuses.iter().filter(|s| s.state == st).count();
-            let (invalid, conflict) = (count(VariantState::Invalid), count(VariantState::Conflict));
-            let mut message = summary(statuses);
-            if invalid + conflict > 0 {
-                message = format!("{message} ({invalid} invalid, {conflict} in conflict)");
+            let not_applied: Vec<String> = [
+                (VariantState::Invalid, "invalid"),
+                (VariantState::Conflict, "in conflict"),
+            ]
+            .into_iter()
+            .filter_map(|(state, what)| named(statuses, state, what))
+            .collect();
+            let message = summary(statuses);
+            if !not_applied.is_empty() {
+                let message = format!("{message} ({})", not_applied.join("; "));
                 ("False", "VariantsNotApplied", message)
             } else if count(VariantState::Progressing) > 0 {
                 ("False", "VariantsProgressing", message)
@@ -89,4 +96,26 @@ pub fn ready_condition(
         last_transition_time,
         observed_generation: generation,
     }
+}
+
+/// How many labels of one kind of problem the Ready condition names; the count says how many
+/// more there are.
+const NAMED_LABELS: usize = 5;
+
+/// `"2 invalid: b, c"`: how many variants are in `state`, and their labels (the first
+/// [`NAMED_LABELS`], then `...`); `None` when there is none.
+fn named(statuses: &[VariantStatus], state: VariantState, what: &str) -> Option<String> {
+    let labels: Vec<&str> = statuses
+        .iter()
+        .filter(|s| s.state == state)
+        .map(|s| s.label.as_str())
+        .collect();
+    if labels.is_empty() {
+        return None;
+    }
+    let mut list = labels[..labels.len().min(NAMED_LABELS)].join(", ");
+    if labels.len() > NAMED_LABELS {
+        list.push_str(", ...");
+    }
+    Some(format!("{} {what}: {list}", labels.len()))
 }

@@ -9,6 +9,7 @@ use crate::crd::{OwnerKind, fixtures::variant};
 
 mod access;
 mod build;
+mod refusal;
 mod report;
 mod status;
 mod validate;

@@ -31,6 +31,7 @@ mod poison;
 mod prometheus;
 mod prometheus_operator;
 mod rbac;
+mod refused;
 mod replicas;
 mod secret;
 mod steady;

@@ -137,11 +137,21 @@ fn ready_condition_reasons() {
         (c.status.as_str(), c.reason.as_str()),
         ("False", "VariantsNotApplied")
     );
-    assert_eq!(c.message, "1/2 variants ready (1 invalid, 0 in conflict)");
+    // R35: it names the variants that are not applied.
+    assert_eq!(c.message, "1/2 variants ready (1 invalid: b)");
     let none = ready_condition(&[vs("a", Conflict)], None, None, None, "t1");
     assert_eq!(
         (none.status.as_str(), none.message.as_str()),
-        ("False", "0/1 variants ready (0 invalid, 1 in conflict)")
+        ("False", "0/1 variants ready (1 in conflict: a)")
+    );
+    let labels = ["a", "b", "c", "d", "e", "f", "g"];
+    let mut many: Vec<VariantStatus> = labels.iter().map(|l| vs(l, Invalid)).collect();
+    many.push(vs("h", Conflict));
+    many.push(vs("i", Ready));
+    let many = ready_condition(&many, None, None, None, "t1");
+    assert_eq!(
+        many.message,
+        "1/9 variants ready (7 invalid: a, b, c, d, e, ...; 1 in conflict: h)"
     );
     let p = ready_condition(
         &[vs("a", Ready), vs("b", Progressing)],
