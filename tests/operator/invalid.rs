@@ -158,67 +158,16 @@ async fn an_invalid_base_leaves_running_variants_alone() {
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_variant_the_server_refuses_is_invalid_alone() {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
-    use kube::api::PostParams;
     let f = Fixture::new("ctl-refused").await;
-    let name = format!("{}-no-forbidden", f.ns.name);
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(f.ns.client.clone());
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(f.ns.client.clone());
-    let policy: ValidatingAdmissionPolicy = common::from_json(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": { "resourceRules": [{
-                "apiGroups": ["apps"], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]
-            }] },
-            "validations": [{
-                "expression": "!object.spec.template.spec.containers.exists(c, has(c.env) \
-                               && c.env.exists(e, has(e.value) && e.value == 'forbidden'))",
-                "message": "the value 'forbidden' is not allowed here"
-            }]
-        }
-    }));
-    let binding: ValidatingAdmissionPolicyBinding = common::from_json(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": { "namespaceSelector": {
-                "matchLabels": { "kubernetes.io/metadata.name": f.ns.name }
-            } }
-        }
-    }));
-    // Removed when the test ends, however it ends (the binding first: drops run in reverse).
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    let _policy = common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new(&name);
-    bindings
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    let _binding = common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new(&name);
-    // The policy takes effect within a few seconds: until a dry run is refused.
     let mut probe = base("probe");
-    probe["metadata"]["namespace"] = json!(f.ns.name);
     probe["spec"]["template"]["spec"]["containers"][0]["env"] =
         json!([{ "name": "X", "value": "forbidden" }]);
-    let probe: Deployment = common::from_json(probe);
-    let dry = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    wait_for("the policy to take effect", CONVERGE, || async {
-        match f.deployments().create(&dry, &probe).await {
-            Err(kube::Error::Api(s)) if s.code == 422 => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let validations = json!([{
+        "expression": "!object.spec.template.spec.containers.exists(c, has(c.env) \
+                       && c.env.exists(e, has(e.value) && e.value == 'forbidden'))",
+        "message": "the value 'forbidden' is not allowed here"
+    }]);
+    let _policy = deny_deployments(&f, "no-forbidden", validations, probe, 422).await;
 
     let variants = json!([
         { "label": "b", "env": { "X": "forbidden" }, "instances": 0 },

@@ -418,3 +418,81 @@ pub async fn events(f: &Fixture, reason: &str, count: usize) -> Vec<(String, Str
     })
     .await
 }
+
+/// The guards of an admission policy that [`deny_deployments`] installed.
+pub type PolicyGuards = (
+    common::RemoveOnDrop<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>,
+    common::RemoveOnDrop<
+        k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+    >,
+);
+
+/// Installs ValidatingAdmissionPolicy `<namespace>-<suffix>` over the Deployments created or
+/// updated in the fixture's namespace, with `validations` (its `spec.validations`), and its
+/// binding; then waits until the server dry-run-refuses `probe` (a Deployment in that
+/// namespace) with `code`. The guards remove both when the test ends, however it ends (the
+/// binding first: drops run in reverse). A policy is cluster-scoped, so the binding's
+/// namespace selector keeps it away from every other test.
+pub async fn deny_deployments(
+    f: &Fixture,
+    suffix: &str,
+    validations: Value,
+    probe: Value,
+    code: u16,
+) -> PolicyGuards {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use kube::api::PostParams;
+    let name = format!("{}-{suffix}", f.ns.name);
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(f.ns.client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(f.ns.client.clone());
+    let policy: ValidatingAdmissionPolicy = common::from_json(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{
+                "apiGroups": ["apps"], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]
+            }] },
+            "validations": validations
+        }
+    }));
+    let binding: ValidatingAdmissionPolicyBinding = common::from_json(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": { "namespaceSelector": {
+                "matchLabels": { "kubernetes.io/metadata.name": f.ns.name }
+            } }
+        }
+    }));
+    // The guards are made before each object is: a failed create leaves nothing to remove.
+    let policy_guard = common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new(&name);
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let binding_guard = common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new(&name);
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    // The policy takes effect within a few seconds: until a dry run is refused.
+    let mut probe = probe;
+    probe["metadata"]["namespace"] = json!(f.ns.name);
+    let probe: Deployment = common::from_json(probe);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_for("the policy to take effect", CONVERGE, || async {
+        match f.deployments().create(&dry, &probe).await {
+            Err(kube::Error::Api(s)) if s.code == code => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    (policy_guard, binding_guard)
+}

@@ -4,10 +4,7 @@
 //! status is written; the HTTP API answers the refusal of its dry run (403 or 400) instead of
 //! 201.
 
-use k8s_openapi::api::{
-    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
-    core::v1::ResourceQuota,
-};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -20,81 +17,26 @@ const FORBIDDEN: &str = "the value 'forbidden' is not allowed here";
 
 /// Installs a ValidatingAdmissionPolicy and its binding, scoped to the fixture's namespace,
 /// that deny Deployments of a variant labelled `blocked...` (with reason Forbidden: 403) and
-/// Deployments with an env value `forbidden` (reason left out: 422). Returns the guards that
-/// remove both when the test ends, however it ends, once the policy takes effect.
-async fn install_policy(
-    f: &Fixture,
-) -> (
-    common::RemoveOnDrop<ValidatingAdmissionPolicy>,
-    common::RemoveOnDrop<ValidatingAdmissionPolicyBinding>,
-) {
-    let name = format!("{}-policy", f.ns.name);
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(f.ns.client.clone());
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(f.ns.client.clone());
-    let policy: ValidatingAdmissionPolicy = common::from_json(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": { "resourceRules": [{
-                "apiGroups": ["apps"], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]
-            }] },
-            "validations": [
-                {
-                    "expression": "!(has(object.metadata.labels) \
-                        && 'mutantops.neiam.org/variant' in object.metadata.labels \
-                        && object.metadata.labels['mutantops.neiam.org/variant']\
-                           .startsWith('blocked'))",
-                    "message": BLOCKED,
-                    "reason": "Forbidden"
-                },
-                {
-                    "expression": "!object.spec.template.spec.containers.exists(c, has(c.env) \
-                        && c.env.exists(e, has(e.value) && e.value == 'forbidden'))",
-                    "message": FORBIDDEN
-                }
-            ]
+/// Deployments with an env value `forbidden` (reason left out: 422), once it takes effect.
+async fn install_policy(f: &Fixture) -> PolicyGuards {
+    let validations = json!([
+        {
+            "expression": "!(has(object.metadata.labels) \
+                && 'mutantops.neiam.org/variant' in object.metadata.labels \
+                && object.metadata.labels['mutantops.neiam.org/variant']\
+                   .startsWith('blocked'))",
+            "message": BLOCKED,
+            "reason": "Forbidden"
+        },
+        {
+            "expression": "!object.spec.template.spec.containers.exists(c, has(c.env) \
+                && c.env.exists(e, has(e.value) && e.value == 'forbidden'))",
+            "message": FORBIDDEN
         }
-    }));
-    let binding: ValidatingAdmissionPolicyBinding = common::from_json(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": { "namespaceSelector": {
-                "matchLabels": { "kubernetes.io/metadata.name": f.ns.name }
-            } }
-        }
-    }));
-    // The guards are made before each object is: a failed create leaves nothing to remove,
-    // and a test that fails later removes both (the binding first: drops run in reverse).
-    let policy_guard = common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new(&name);
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    let binding_guard = common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new(&name);
-    bindings
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    // The policy takes effect within a few seconds: until a dry run is refused.
+    ]);
     let mut probe = base("probe");
-    probe["metadata"]["namespace"] = json!(f.ns.name);
     probe["metadata"]["labels"]["mutantops.neiam.org/variant"] = json!("blocked-probe");
-    let probe: Deployment = common::from_json(probe);
-    let dry = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    wait_for("the policy to take effect", CONVERGE, || async {
-        match f.deployments().create(&dry, &probe).await {
-            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(BLOCKED) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    (policy_guard, binding_guard)
+    deny_deployments(f, "policy", validations, probe, 403).await
 }
 
 /// The `error` of an API answer.
