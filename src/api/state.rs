@@ -22,6 +22,10 @@ use crate::{
 pub const MAX_ATTEMPTS: usize = 20;
 /// How long a write waits for the cache to show it.
 const CACHE_CATCH_UP: Duration = Duration::from_secs(3);
+/// The `Retry-After` of every 503 and 429 (seconds): starting, shutting down, the Kubernetes
+/// API unreachable or busy, edits that kept conflicting. A device waits this long, then asks
+/// again (issue 25, item 9).
+pub const RETRY_AFTER_SECONDS: &str = "1";
 
 /// What every handler needs.
 pub struct ApiState {
@@ -113,7 +117,17 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, UNAUTHORIZED)
     }
     pub(crate) fn response(self) -> Response<Body> {
+        let retry = matches!(
+            self.0,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        );
         let mut response = http::error(self.0, self.1);
+        if retry {
+            response.headers_mut().insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
         if self.0 == StatusCode::UNAUTHORIZED
             && let Ok(value) = hyper::header::HeaderValue::from_str("Bearer")
         {
@@ -127,7 +141,8 @@ impl ApiError {
 
 impl From<kube::Error> for ApiError {
     /// An error of the Kubernetes API: what the client sent that the server rejects is 400;
-    /// the rest is the server's or the network's, 502/503.
+    /// the server asking to slow down (429) is passed on as 429; the rest is the server's or
+    /// the network's, 502/503.
     fn from(err: kube::Error) -> Self {
         match err {
             kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
@@ -138,6 +153,13 @@ impl From<kube::Error> for ApiError {
             }
             kube::Error::Api(status) if status.code == 404 => ApiError::not_found(status.message),
             kube::Error::Api(status) if status.code == 409 => ApiError::conflict(status.message),
+            kube::Error::Api(status) if status.code == 429 => {
+                tracing::info!(message = %status.message, "the kubernetes api asks to slow down");
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!("the Kubernetes API is busy: {}", status.message),
+                )
+            }
             // The namespace is being deleted: the request conflicts with that, and it is no
             // fault of the operator's or the server's.
             err @ kube::Error::Api(_) if crate::expected_api_error(&err) => {
@@ -283,4 +305,52 @@ pub(crate) async fn catch_up(
         done.then_some(())
     };
     let _ = state.caches.until(Some(deadline), caught_up).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_says(code: u16) -> ApiError {
+        ApiError::from(kube::Error::Api(Box::new(
+            kube::core::Status::failure("message of the server", "Reason").with_code(code),
+        )))
+    }
+
+    /// Issue 25, item 9: the server's 429 is a 429 (not a 502), and every 503 and 429 says
+    /// when to come back.
+    #[test]
+    fn busy_and_unavailable_answers_say_when_to_retry() {
+        let busy = server_says(429);
+        assert_eq!(busy.0, StatusCode::TOO_MANY_REQUESTS);
+        assert!(busy.1.contains("message of the server"), "{}", busy.1);
+        for err in [
+            busy,
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "starting"),
+        ] {
+            let status = err.0;
+            let response = err.response();
+            assert_eq!(response.status(), status);
+            assert_eq!(
+                response.headers().get(hyper::header::RETRY_AFTER),
+                Some(&hyper::header::HeaderValue::from_static(
+                    RETRY_AFTER_SECONDS
+                )),
+                "{status}"
+            );
+        }
+        for (code, want) in [
+            (500, StatusCode::BAD_GATEWAY),
+            (400, StatusCode::BAD_REQUEST),
+        ] {
+            let err = server_says(code);
+            assert_eq!(err.0, want, "{code}");
+            assert!(
+                err.response()
+                    .headers()
+                    .get(hyper::header::RETRY_AFTER)
+                    .is_none()
+            );
+        }
+    }
 }
