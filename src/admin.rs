@@ -1,18 +1,23 @@
 //! The metrics and probe listener (`MUTANT_METRICS_ADDR`, default `0.0.0.0:9568`), which the
 //! API's Service does not name: `/metrics` (Prometheus text 0.0.4, or OpenMetrics for a
 //! client that prefers it, as Prometheus does), `/healthz` (the process answers) and
-//! `/readyz` (the caches are synced). Served by the same hardened loop as the API.
+//! `/readyz` (the caches are synced, and the API server has answered within
+//! `MUTANT_STALE_AFTER_SECONDS`). Served by the same hardened loop as the API.
 
 use std::sync::Arc;
 
 use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 
 use crate::{
-    cache::Caches,
+    cache::{Caches, Serving},
     http::{self, Body, ServerConfig},
     metrics::Metrics,
     shutdown::Shutdown,
 };
+
+/// The most connections the metrics listener keeps open: the kubelet's probes and a few
+/// scrapers.
+const METRICS_MAX_CONNECTIONS: usize = 64;
 
 /// What the listener reads.
 pub struct AdminState {
@@ -39,14 +44,22 @@ pub fn handle(
             http::text(StatusCode::OK, content_type, body)
         }
         "/healthz" => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
-        "/readyz" if state.caches.ready() => {
-            http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into())
-        }
-        "/readyz" => http::text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain; charset=utf-8",
-            "not ready: caches not synced\n".into(),
-        ),
+        "/readyz" => match state.caches.serving() {
+            Serving::Yes => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+            Serving::Starting => http::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                "not ready: caches not synced\n".into(),
+            ),
+            Serving::CutOff(silent) => http::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                format!(
+                    "not ready: the Kubernetes API has not answered for {} s\n",
+                    silent.as_secs()
+                ),
+            ),
+        },
         _ => http::not_found(),
     }
 }
@@ -60,7 +73,11 @@ pub async fn serve(
     http::serve(
         "metrics",
         listener,
-        ServerConfig::default(),
+        // A cap of its own: probes and scrapes keep working whatever the API's clients do.
+        ServerConfig {
+            max_connections: METRICS_MAX_CONNECTIONS,
+            ..ServerConfig::default()
+        },
         // /metrics and the probes stay plain HTTP, whatever the API speaks
         None,
         shutdown,
@@ -109,6 +126,29 @@ mod tests {
             get(&state, "/readyz").await,
             (StatusCode::OK, "ok\n".to_string())
         );
+    }
+
+    // Issue 25, item 8 (R34): a replica cut off from the API server for longer than the bound
+    // is not ready, and is again at the server's next answer.
+    #[tokio::test]
+    async fn readyz_is_503_while_cut_off_from_the_api_server() {
+        let health = crate::connect::Health::default();
+        let (caches, mut writers) = crate::cache::for_tests_with(crate::cache::Freshness {
+            health: health.clone(),
+            stale_after: Some(std::time::Duration::from_millis(20)),
+        });
+        writers.sync();
+        let state = AdminState {
+            metrics: Arc::new(Metrics::new()),
+            caches,
+        };
+        health.failed();
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let (status, body) = get(&state, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("has not answered"), "{body}");
+        health.answered();
+        assert_eq!(get(&state, "/readyz").await.0, StatusCode::OK);
     }
 
     #[tokio::test]

@@ -24,6 +24,7 @@ use kube::{
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
+    connect::Health,
     crd::{MutantDeployment, Mutation, OwnerKind, OwnerResource},
     variant::{KIND_LABEL, ObservedDeployment},
 };
@@ -91,6 +92,28 @@ pub struct Caches {
     /// The Deployments generated for Mutations.
     pub mutation_deployments: DeploymentCache,
     changes: watch::Receiver<CacheState>,
+    freshness: Freshness,
+}
+
+/// How long the caches may go without the API server before they are not served from.
+#[derive(Clone, Debug, Default)]
+pub struct Freshness {
+    /// Whether the API server answers the operator's client.
+    pub health: Health,
+    /// How long it may fail to answer (`MUTANT_STALE_AFTER_SECONDS`); `None` for ever.
+    pub stale_after: Option<std::time::Duration>,
+}
+
+/// Whether the caches are answered from (the API, `/readyz`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// Synced, and the API server answers.
+    Yes,
+    /// The first full list has not arrived yet.
+    Starting,
+    /// The API server has not answered for this long, more than the bound: the caches may
+    /// hold what is gone (a deleted Secret's token), so nothing is authorised from them.
+    CutOff(std::time::Duration),
 }
 
 /// The Deployments generated for one owner kind: the store, and which are whose.
@@ -118,6 +141,21 @@ impl Caches {
     pub fn ready(&self) -> bool {
         let state = self.changes.borrow();
         SERVED.iter().all(|&cache| state.listed(cache))
+    }
+
+    /// Whether the caches may be answered from: synced, and not cut off from the API server
+    /// for longer than the bound (R26, R34). Clears by itself with the server's next answer.
+    pub fn serving(&self) -> Serving {
+        if !self.ready() {
+            return Serving::Starting;
+        }
+        match (
+            self.freshness.health.unanswered_for(),
+            self.freshness.stale_after,
+        ) {
+            (Some(down), Some(bound)) if down >= bound => Serving::CutOff(down),
+            _ => Serving::Yes,
+        }
     }
 
     /// The Deployments generated for owners of `kind`.
@@ -185,8 +223,8 @@ pub fn generated_selector(kind: OwnerKind) -> String {
 }
 
 /// Builds the caches over `namespace` (or every namespace), and the feeds that fill them once
-/// they are polled.
-pub fn start(client: &Client, namespace: Option<&str>) -> (Caches, Feeds) {
+/// they are polled; `freshness` says when they are too old to answer from.
+pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> (Caches, Feeds) {
     let (signal, changes) = watch::channel(CacheState::default());
     let signal = Arc::new(signal);
     let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, &signal);
@@ -203,6 +241,7 @@ pub fn start(client: &Client, namespace: Option<&str>) -> (Caches, Feeds) {
         md_deployments,
         mutation_deployments,
         changes,
+        freshness,
     };
     let feeds = Feeds {
         mutant_deployments: OwnerFeeds {
@@ -358,6 +397,12 @@ where
 /// caches.
 #[cfg(test)]
 pub(crate) fn for_tests() -> (Caches, Writers) {
+    for_tests_with(Freshness::default())
+}
+
+/// [`for_tests`] with a [`Freshness`].
+#[cfg(test)]
+pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
     let (signal, changes) = watch::channel(CacheState::default());
     let (mutant_deployments, md) = reflector::store();
     let (mutations, m) = reflector::store();
@@ -374,6 +419,7 @@ pub(crate) fn for_tests() -> (Caches, Writers) {
         md_deployments,
         mutation_deployments,
         changes,
+        freshness,
     };
     let writers = Writers {
         signal: Arc::new(signal),

@@ -18,6 +18,11 @@ pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
 /// characters are 128 bits; anything shorter can be guessed or was typed by hand.
 pub const MIN_ADMIN_TOKEN: usize = 32;
 
+/// Default `MUTANT_API_MAX_CONNECTIONS`.
+pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
+/// Default `MUTANT_STALE_AFTER_SECONDS`: two Lease durations.
+pub const DEFAULT_STALE_AFTER_SECONDS: u64 = 30;
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -78,6 +83,14 @@ pub struct Config {
     /// `MUTANT_WATCH_NAMESPACE`: reconcile only this namespace; `None` (unset or empty) for
     /// every namespace.
     pub watch_namespace: Option<String>,
+    /// `MUTANT_API_NAMESPACES`: the namespaces the HTTP API serves (comma-separated); `None`
+    /// (unset or empty) for every namespace the operator watches.
+    pub api_namespaces: Option<Vec<String>>,
+    /// `MUTANT_API_MAX_CONNECTIONS`: the most connections the API listener keeps open.
+    pub api_max_connections: usize,
+    /// `MUTANT_STALE_AFTER_SECONDS`: how long the API server may fail to answer before this
+    /// replica stops answering from its caches and reports not ready.
+    pub stale_after: Duration,
     /// `MUTANT_LEASE_DURATION_SECONDS`: how long the leader's Lease is valid without renewal.
     pub lease_duration: Duration,
     /// `POD_NAMESPACE`: where the leader Lease lives; `None` (unset or empty) for the watch
@@ -152,6 +165,58 @@ impl Config {
                 ))
             })?;
         }
+        let api_namespaces = match text("MUTANT_API_NAMESPACES")? {
+            None => None,
+            Some(list) => {
+                let names: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                for name in &names {
+                    crate::variant::validate_label(name).map_err(|e| {
+                        Error::Config(format!(
+                            "MUTANT_API_NAMESPACES: {name:?} is not a namespace name: {e}"
+                        ))
+                    })?;
+                    if let Some(watched) = &watch_namespace
+                        && watched != name
+                    {
+                        return Err(Error::Config(format!(
+                            "MUTANT_API_NAMESPACES names {name:?}, which the operator does not \
+                             watch (MUTANT_WATCH_NAMESPACE={watched:?}): the API serves only what \
+                             the operator watches"
+                        )));
+                    }
+                }
+                (!names.is_empty()).then_some(names)
+            }
+        };
+        let whole = |name: &str, default: u64, min: u64, max: u64| -> Result<u64> {
+            match text(name)? {
+                None => Ok(default),
+                Some(value) => match value.trim().parse::<u64>() {
+                    Ok(n) if (min..=max).contains(&n) => Ok(n),
+                    _ => Err(Error::Config(format!(
+                        "{name}={value:?} is not a whole number from {min} to {max}"
+                    ))),
+                },
+            }
+        };
+        let api_max_connections = usize::try_from(whole(
+            "MUTANT_API_MAX_CONNECTIONS",
+            DEFAULT_API_MAX_CONNECTIONS as u64,
+            1,
+            65_536,
+        )?)
+        .unwrap_or(DEFAULT_API_MAX_CONNECTIONS);
+        let stale_after = Duration::from_secs(whole(
+            "MUTANT_STALE_AFTER_SECONDS",
+            DEFAULT_STALE_AFTER_SECONDS,
+            1,
+            86_400,
+        )?);
         let pod_namespace = text("POD_NAMESPACE")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
@@ -215,6 +280,9 @@ impl Config {
         Ok(Config {
             api_tls,
             watch_namespace,
+            api_namespaces,
+            api_max_connections,
+            stale_after,
             lease_duration,
             pod_namespace,
             pod_name,

@@ -4,7 +4,8 @@
 //! kubeconfig can name: exec plugins, auth providers with JSONPath queries, OIDC refresh. Those
 //! bring a regular-expression engine, a JSONPath engine and a second YAML parser, about 0.9 MiB
 //! of the binary, for methods an operator in its own cluster never uses. This module builds the
-//! same stack (rustls with ring, connect/read/write timeouts, kube's retry of 429/503/504,
+//! same stack (rustls with ring, connect/read/write timeouts, a deadline on every call but a
+//! watch ([`health`]), kube's retry of 429/503/504,
 //! impersonation headers, and a guard of its own against deeply nested JSON in responses about
 //! the operator's resources: [`depth`]) with the methods an operator needs:
 //!
@@ -96,13 +97,18 @@ pub fn source(
 /// A client for the API server named by the environment, sending `user_agent` with every
 /// request.
 pub async fn client(user_agent: &'static str) -> Result<Client> {
+    client_with_health(user_agent, &Health::default()).await
+}
+
+/// [`client`], recording into `health` whether the API server answers ([`health`]).
+pub async fn client_with_health(user_agent: &'static str, health: &Health) -> Result<Client> {
     let source = source(|name| std::env::var_os(name), Path::exists)?;
     let mut config = load(&source).await?;
     config.headers.push((
         hyper::header::USER_AGENT,
         HeaderValue::from_static(user_agent),
     ));
-    build(config)
+    build_with(config, FILE_REFRESH, health)
 }
 
 /// The kube configuration for a source.
@@ -179,6 +185,12 @@ pub fn build(config: kube::Config) -> Result<Client> {
 
 /// [`build`], with the interval after which a token file or CA file is read again.
 pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Client> {
+    build_with(config, refresh, &Health::default())
+}
+
+/// [`build_with_refresh`], recording into `health` whether the API server answers; every call
+/// but a watch has [`health::CALL_DEADLINE`].
+pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> Result<Client> {
     refuse_unsupported(&config).map_err(Error::KubeConfig)?;
     let credential =
         Credential::from_auth_info(&config.auth_info, refresh).map_err(Error::KubeConfig)?;
@@ -210,6 +222,7 @@ pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Cli
         .extra_headers_layer()
         .map_err(|e| Error::KubeConfig(format!("headers: {e}")))?;
     let service = ServiceBuilder::new()
+        .layer(HealthLayer::new(health.clone(), health::CALL_DEADLINE))
         .layer(config.base_uri_layer())
         .option_layer(
             config
@@ -338,7 +351,11 @@ impl TokenFile {
 }
 
 pub mod depth;
+pub mod health;
 mod tls;
+
+use health::HealthLayer;
+pub use health::{DeadlineElapsed, Health};
 
 use tls::tls_config;
 

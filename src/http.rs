@@ -12,6 +12,10 @@
 //! - [`read_body`] refuses bodies over [`ServerConfig::body_limit`] (413, before reading
 //!   anything when `Content-Length` already says so) and bodies that arrive too slowly (408);
 //! - a panicking handler answers 500 instead of dropping the connection;
+//! - at most [`ServerConfig::max_connections`] connections are open at once: at the cap the
+//!   longest idle one is closed to make room, and a new one is refused (503 with
+//!   `Retry-After` over plain HTTP) only when every open one has a request in flight
+//!   (`conns.rs`);
 //! - a failing `accept` (for example `EMFILE`) is logged and retried, never ends the loop;
 //! - on shutdown the listener is closed first, then in-flight requests are drained for at
 //!   most [`ServerConfig::drain_timeout`].
@@ -41,6 +45,7 @@ use tracing::Instrument as _;
 use crate::{Result, shutdown::Shutdown};
 
 mod body;
+mod conns;
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -56,6 +61,9 @@ const MIN_MAX_BUF_SIZE: usize = 8192;
 /// How long the loop waits before accepting again after a failed `accept` (for example when
 /// the process ran out of file descriptors).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// How often refusals at the connection cap are logged, at most.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Limits and timeouts of one listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +83,8 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Whether connections are kept open for further requests. Default true.
     pub keep_alive: bool,
+    /// The most connections open at once (see `conns.rs`). Default 256.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -86,9 +96,19 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
             keep_alive: true,
+            max_connections: 256,
         }
     }
 }
+
+/// The client address of a request, in every request's extensions (set by [`serve`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
+/// What a plain-HTTP connection refused at the cap is told before it is closed.
+const REFUSED_AT_CAP: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
+Content-Type: application/json\r\nContent-Length: 52\r\nConnection: close\r\n\r\n\
+{\"error\":\"too many connections; retry in a second\"}\n";
 
 /// The JSON error body: `{"error": "..."}`.
 #[derive(Serialize)]
@@ -266,6 +286,8 @@ where
         .keep_alive(config.keep_alive);
 
     let graceful = GracefulShutdown::new();
+    let open = conns::Open::new(config.max_connections);
+    let (mut refused, mut last_refusal_log) = (0u64, None);
     let mut connections = JoinSet::new();
     let down = shutdown.wait();
     tokio::pin!(down);
@@ -300,43 +322,92 @@ where
                 }
             }
         };
+        let (slot, id) = match open.admit() {
+            conns::Admit::Yes { slot, id, evicted } => {
+                if evicted {
+                    tracing::debug!(server = name, peer = %peer, "at the connection cap: closed the longest idle connection");
+                }
+                (slot, id)
+            }
+            conns::Admit::Full => {
+                refused += 1;
+                if last_refusal_log
+                    .is_none_or(|at: tokio::time::Instant| at.elapsed() >= REFUSAL_LOG_EVERY)
+                {
+                    tracing::warn!(
+                        server = name,
+                        max_connections = config.max_connections,
+                        refused,
+                        "at the connection cap with every connection busy: refusing new connections"
+                    );
+                    last_refusal_log = Some(tokio::time::Instant::now());
+                }
+                if acceptor.is_none() {
+                    // Fits any socket buffer: written at once or not at all.
+                    let _ = stream.try_write(REFUSED_AT_CAP);
+                }
+                continue;
+            }
+        };
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(server = name, peer = %peer, error = %err, "cannot set TCP_NODELAY");
         }
 
         let handler = handler.clone();
-        let service = service_fn(move |request| {
+        let in_flight = slot.clone();
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(Peer(peer));
+            let busy = in_flight.busy();
             let response = call_guarded(&handler, request);
-            async move { Ok::<_, Infallible>(response.await) }
+            async move {
+                let response = response.await;
+                drop(busy);
+                Ok::<_, Infallible>(response)
+            }
         });
+        let leave = conns::Leave(open.clone(), id);
         let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
         let handshake_timeout = config.header_read_timeout;
         let span = tracing::debug_span!("conn", server = name, peer = %peer);
         connections.spawn(
             async move {
+                let _leave = leave;
                 tracing::debug!("accepted");
-                let served = match acceptor {
-                    None => {
-                        let connection = builder.serve_connection(TokioIo::new(stream), service);
-                        watcher.watch(connection).await
-                    }
-                    Some(acceptor) => {
-                        let tls =
-                            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream))
-                                .await
+                let serving = async move {
+                    match acceptor {
+                        None => {
+                            let connection =
+                                builder.serve_connection(TokioIo::new(stream), service);
+                            watcher.watch(connection).await
+                        }
+                        Some(acceptor) => {
+                            let tls = match tokio::time::timeout(
+                                handshake_timeout,
+                                acceptor.accept(stream),
+                            )
+                            .await
                             {
                                 Ok(Ok(tls)) => tls,
                                 Ok(Err(err)) => {
                                     tracing::debug!(error = %err, "closed: TLS handshake failed");
-                                    return;
+                                    return Ok(());
                                 }
                                 Err(_elapsed) => {
                                     tracing::debug!("closed: TLS handshake not finished in time");
-                                    return;
+                                    return Ok(());
                                 }
                             };
-                        let connection = builder.serve_connection(TokioIo::new(tls), service);
-                        watcher.watch(connection).await
+                            let connection = builder.serve_connection(TokioIo::new(tls), service);
+                            watcher.watch(connection).await
+                        }
+                    }
+                };
+                // Closed to make room: dropped at once, it has no request in flight.
+                let served = tokio::select! {
+                    served = serving => served,
+                    () = slot.evicted() => {
+                        tracing::debug!("closed: idle at the connection cap");
+                        return;
                     }
                 };
                 match served {

@@ -62,7 +62,8 @@ pub async fn run(config: Config) -> Result<()> {
         .as_ref()
         .map(http::tls::server_config)
         .transpose()?;
-    let client = client().await?;
+    let health = connect::Health::default();
+    let client = connect::client_with_health(USER_AGENT, &health).await?;
     let version = server_version(&client).await?;
     tracing::info!(
         server = %version.git_version,
@@ -101,7 +102,11 @@ pub async fn run(config: Config) -> Result<()> {
     );
     let (release, elector_stop) = shutdown::channel();
     let election = tokio::spawn(elector.run(elector_stop));
-    let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref());
+    let freshness = cache::Freshness {
+        health,
+        stale_after: Some(config.stale_after),
+    };
+    let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref(), freshness);
     let controllers = controller::start(
         client.clone(),
         &caches,
@@ -122,9 +127,15 @@ pub async fn run(config: Config) -> Result<()> {
         client,
         caches,
         auth,
-        server: ServerConfig::default(),
+        server: ServerConfig {
+            max_connections: config.api_max_connections,
+            ..ServerConfig::default()
+        },
         edits: Default::default(),
-        namespace: config.watch_namespace.clone(),
+        namespaces: config
+            .api_namespaces
+            .clone()
+            .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns])),
         misses: Default::default(),
         validations: Default::default(),
     });

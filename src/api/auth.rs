@@ -21,7 +21,7 @@ use crate::{
 pub const UNAUTHORIZED: &str = "unauthorized: this request needs a valid bearer token";
 
 /// Who the caller is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Caller {
     /// The admin token, or auth turned off.
     Admin,
@@ -62,6 +62,16 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether `token` has the shape of a Mutation's token (64 lower-case hex characters, as the
+/// controller makes them: `controller::secret`). Only such a token is worth asking the API
+/// server about when this replica cannot check it (`fresh.rs`).
+pub fn is_mutation_token(token: &str) -> bool {
+    token.len() == 64
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Compares two byte strings in time that depends only on their lengths (subtle's `ct_eq`).
@@ -130,6 +140,16 @@ mod tests {
         assert_eq!(bearer(&headers("Bearer ")), None);
         assert_eq!(bearer(&headers("Bearerabc")), None);
         assert_eq!(bearer(&HeaderMap::new()), None);
+    }
+
+    // Issue 25, item 5: only the shape of a Mutation token is checked with the API server.
+    #[test]
+    fn mutation_tokens_have_one_shape() {
+        assert!(is_mutation_token(&"0123456789abcdef".repeat(4)));
+        assert!(!is_mutation_token(&"0123456789ABCDEF".repeat(4)));
+        assert!(!is_mutation_token(&"0123456789abcdef".repeat(3)));
+        assert!(!is_mutation_token(&format!("{}g", "a".repeat(63))));
+        assert!(!is_mutation_token(""));
     }
 
     #[test]

@@ -21,10 +21,7 @@
 //! [`VALIDATIONS`] run at once per replica. Plain reads stay answered from the cache alone:
 //! an API server round trip on every GET would cut what a replica serves many times over.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{net::IpAddr, sync::Arc, time::Duration};
 
 use hyper::{HeaderMap, StatusCode, header::CACHE_CONTROL};
 use kube::{Api, api::ListParams, runtime::reflector::ObjectRef};
@@ -32,6 +29,7 @@ use tokio::sync::Semaphore;
 
 use super::{
     auth::Caller,
+    budget::{Buckets, Rate},
     state::{ApiError, ApiState, cached_mutation, catch_up},
 };
 use crate::{
@@ -40,49 +38,73 @@ use crate::{
     crd::Mutation,
 };
 
-/// Checks a replica may make per second, and at once.
-const CHECKS_PER_SECOND: f64 = 20.0;
-const BURST: f64 = 20.0;
+/// Checks of misses with the API server a replica makes per second, and at once, in all.
+const CHECKS: Rate = Rate {
+    per_second: 20.0,
+    burst: 20.0,
+};
+/// Checks of misses one asker may make per second, and at once.
+const CHECKS_PER_ASKER: Rate = Rate {
+    per_second: 2.0,
+    burst: 5.0,
+};
+/// Validated reads one token may ask for per second, and at once; more are 429.
+pub const VALIDATED_READS_PER_TOKEN: Rate = Rate {
+    per_second: 5.0,
+    burst: 10.0,
+};
 /// How long a request waits for its Secret to reach this replica's cache.
 const SECRET_WAIT: Duration = Duration::from_secs(3);
 
-/// A token bucket of checks with the API server.
-pub struct MissChecks(Mutex<(f64, Instant)>);
+/// Who a check of a miss is charged to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Asker {
+    /// A token this replica cannot check (yet): the client's address.
+    Peer(IpAddr),
+    /// An authenticated caller (a name or label this replica does not show).
+    Caller(Caller),
+}
+
+/// The budgets of checks with the API server: one per asker, so that wrong tokens from one
+/// address do not spend what other clients need, and one for the replica, which bounds the
+/// load on the API server however many addresses ask.
+pub struct MissChecks {
+    replica: Buckets<()>,
+    askers: Buckets<Asker>,
+}
 
 impl Default for MissChecks {
     fn default() -> Self {
-        MissChecks(Mutex::new((BURST, Instant::now())))
+        MissChecks {
+            replica: Buckets::new(CHECKS),
+            askers: Buckets::new(CHECKS_PER_ASKER),
+        }
     }
 }
 
 impl MissChecks {
-    /// Takes one check, if the budget has one.
-    fn take(&self) -> bool {
-        let Ok(mut bucket) = self.0.lock() else {
-            return false;
-        };
-        let now = Instant::now();
-        let (tokens, at) = *bucket;
-        let tokens = (tokens + now.duration_since(at).as_secs_f64() * CHECKS_PER_SECOND).min(BURST);
-        if tokens >= 1.0 {
-            *bucket = (tokens - 1.0, now);
-            true
-        } else {
-            *bucket = (tokens, now);
-            false
-        }
+    /// Takes one check for `asker`, if both its budget and the replica's have one.
+    fn take(&self, asker: &Asker) -> bool {
+        self.askers.take(asker) && self.replica.take(&())
     }
 }
 
 /// Validated reads a replica sends to the API server at once; more wait their turn.
 const VALIDATIONS: usize = 16;
 
-/// The replica's budget of validated reads (`Cache-Control: no-cache`).
-pub struct Validations(Semaphore);
+/// The replica's budget of validated reads (`Cache-Control: no-cache`): at most
+/// [`VALIDATIONS`] at once, and [`VALIDATED_READS_PER_TOKEN`] per token.
+pub struct Validations {
+    at_once: Semaphore,
+    per_token: Buckets<Caller>,
+}
 
 impl Default for Validations {
     fn default() -> Self {
-        Validations(Semaphore::new(VALIDATIONS))
+        Validations {
+            at_once: Semaphore::new(VALIDATIONS),
+            per_token: Buckets::new(VALIDATED_READS_PER_TOKEN),
+        }
     }
 }
 
@@ -99,10 +121,26 @@ pub fn wants_validation(headers: &HeaderMap) -> bool {
 /// Brings this replica's cache up to what the API server holds now, for a read of Mutation
 /// `ns/name` or (`None`) of the namespace's Mutations: reads their metadata from the API server
 /// and waits (up to 3 s) until the cache shows the same versions, and none that is gone.
-pub async fn validate(state: &ApiState, ns: &str, name: Option<&str>) -> Result<(), ApiError> {
+pub async fn validate(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: Option<&str>,
+) -> Result<(), ApiError> {
+    if !state.validations.per_token.take(caller) {
+        let rate = state.validations.per_token.rate();
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "too many validated reads (Cache-Control: no-cache) with this token: at most {} \
+                 a second, {} at once; read without no-cache, or retry later",
+                rate.per_second, rate.burst
+            ),
+        ));
+    }
     let _turn = state
         .validations
-        .0
+        .at_once
         .acquire()
         .await
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
@@ -161,8 +199,8 @@ pub enum Need {
 /// Checks a miss about Mutation `ns/name` with the API server (see the module). Returns
 /// whether the Mutation exists there (the caches having been waited for), so the lookup is
 /// worth doing again: the caches may also have caught up while the API server answered.
-pub async fn refresh(state: &ApiState, ns: &str, name: &str, need: Need) -> bool {
-    if !state.misses.take() {
+pub async fn refresh(state: &ApiState, asker: &Asker, ns: &str, name: &str, need: Need) -> bool {
+    if !state.misses.take(asker) {
         return false;
     }
     let key = ObjectRef::new(name).within(ns);
@@ -202,7 +240,17 @@ pub async fn mutation(
     name: &str,
 ) -> Result<Arc<Mutation>, ApiError> {
     match cached_mutation(state, caller, ns, name) {
-        Err(_) if caller.may_use(ns, name) && refresh(state, ns, name, Need::Mutation).await => {
+        Err(_)
+            if caller.may_use(ns, name)
+                && refresh(
+                    state,
+                    &Asker::Caller(caller.clone()),
+                    ns,
+                    name,
+                    Need::Mutation,
+                )
+                .await =>
+        {
             cached_mutation(state, caller, ns, name)
         }
         found => found,
@@ -244,12 +292,24 @@ mod tests {
         assert!(!at_least(None, Some("1")));
     }
 
-    #[test]
-    fn checks_are_bounded() {
+    // Issue 25, item 5: wrong tokens from one address spend that address's checks, not
+    // another's; the replica's budget bounds them all.
+    #[tokio::test(start_paused = true)]
+    async fn checks_are_bounded_per_asker_and_per_replica() {
         let checks = MissChecks::default();
-        let granted = (0..100).filter(|_| checks.take()).count();
-        // The burst, plus what refills while the loop runs (far under a check).
-        assert!((20..=21).contains(&granted), "{granted}");
-        assert!(!checks.take());
+        let peer = |last: u8| Asker::Peer(IpAddr::from([10, 0, 0, last]));
+        let granted = |asker: &Asker| (0..100).filter(|_| checks.take(asker)).count();
+        assert_eq!(granted(&peer(1)), 5);
+        assert_eq!(granted(&peer(1)), 0);
+        assert_eq!(granted(&peer(2)), 5);
+        let device = Asker::Caller(Caller::Mutation {
+            namespace: "ns".into(),
+            name: "web".into(),
+        });
+        assert_eq!(granted(&device), 5);
+        // 15 of the replica's 20 are spent: 5 more for anyone, then none.
+        assert_eq!((3..10).map(|i| granted(&peer(i))).sum::<usize>(), 5);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(granted(&peer(1)), 2);
     }
 }

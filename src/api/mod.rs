@@ -10,6 +10,7 @@
 
 pub mod auth;
 mod body;
+mod budget;
 mod fresh;
 pub mod json;
 mod mutations;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 
 use crate::{
+    cache::Serving,
     http::{self, Body},
     variant::{validate_label, validate_name},
 };
@@ -54,40 +56,73 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
         Resolved::Found(route, params) => (route, params),
     };
     check_names(&params)?;
-    if !state.caches.ready() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "starting: the operator's caches are not synced yet",
-        ));
+    match state.caches.serving() {
+        Serving::Yes => {}
+        Serving::Starting => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "starting: the operator's caches are not synced yet",
+            ));
+        }
+        Serving::CutOff(silent) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "this replica has not reached the Kubernetes API for {} s, so what it \
+                     knows may be out of date; try again, or another replica",
+                    silent.as_secs()
+                ),
+            ));
+        }
     }
     let Params { ns, name, label } = params;
+    let served = state.serves(ns);
     let mut caller = state.auth.caller(req.headers(), &state.caches, ns, name);
     // A token this replica cannot check may belong to a Mutation made through another one:
-    // checked once with the API server (fresh.rs), then against the cache again.
+    // checked once with the API server (fresh.rs), then against the cache again. Only a token
+    // of a Mutation token's shape, in a served namespace, is worth that check, charged to the
+    // client's address (R34).
     if caller.is_none()
+        && served
         && let Some(name) = name
-        && fresh::refresh(state, ns, name, fresh::Need::Secret).await
+        && auth::bearer(req.headers()).is_some_and(auth::is_mutation_token)
     {
-        caller = state
-            .auth
-            .caller(req.headers(), &state.caches, ns, Some(name));
+        let peer = req.extensions().get::<http::Peer>().map_or(
+            std::net::IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED),
+            |p| p.0.ip(),
+        );
+        if fresh::refresh(
+            state,
+            &fresh::Asker::Peer(peer),
+            ns,
+            name,
+            fresh::Need::Secret,
+        )
+        .await
+        {
+            caller = state
+                .auth
+                .caller(req.headers(), &state.caches, ns, Some(name));
+        }
     }
     let caller = caller.ok_or_else(ApiError::unauthorized)?;
-    // After the token, so that only the admin learns which namespace is served: no Mutation of
-    // another namespace is cached, so any other token got 401 above.
-    if let Some(served) = &state.namespace
-        && served != ns
-    {
-        return Err(ApiError::not_found(format!(
-            "this operator serves only namespace {served:?}"
-        )));
+    // After the token, so that only the admin learns which namespaces are served; a Mutation's
+    // token of another namespace gets the same 401 as a wrong one.
+    if !served {
+        return Err(match caller {
+            Caller::Admin => ApiError::not_found(format!(
+                "this operator serves only namespaces {:?}",
+                state.namespaces.as_deref().unwrap_or_default()
+            )),
+            Caller::Mutation { .. } => ApiError::unauthorized(),
+        });
     }
     if route.access == Access::Admin && caller != Caller::Admin {
         return Err(ApiError::unauthorized());
     }
     // A read that must reflect every write acknowledged before it, through any replica.
     if req.method() == Method::GET && fresh::wants_validation(req.headers()) {
-        fresh::validate(state, ns, name).await?;
+        fresh::validate(state, &caller, ns, name).await?;
     }
     // The table gives every route below a Mutation its name, and every variant route a label.
     let (name, label) = (name.unwrap_or_default(), label.unwrap_or_default());

@@ -40,12 +40,22 @@ pub struct ApiState {
     /// One lock per Mutation being edited, so this replica's edits of one Mutation queue up
     /// instead of racing (the resourceVersion check still guards against other writers).
     pub edits: EditLocks,
-    /// The one namespace this operator serves (`MUTANT_WATCH_NAMESPACE`), if it is limited.
-    pub namespace: Option<String>,
+    /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`);
+    /// `None` for every namespace.
+    pub namespaces: Option<Vec<String>>,
     /// The budget of misses checked with the API server ([`super::fresh`]).
     pub misses: super::fresh::MissChecks,
     /// The budget of validated reads (`Cache-Control: no-cache`, [`super::fresh`]).
     pub validations: super::fresh::Validations,
+}
+
+impl ApiState {
+    /// Whether the API serves namespace `ns`.
+    pub fn serves(&self, ns: &str) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|served| served.iter().any(|s| s == ns))
+    }
 }
 
 /// Per-Mutation locks for variant edits; an entry lives only while someone holds or waits for

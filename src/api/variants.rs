@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{
     auth::Caller,
-    fresh::{self, Need},
+    fresh::{self, Asker, Need},
     json::{ScaleRequest, VariantRequest, variant_view},
     state::{
         ApiError, ApiResult, ApiState, MAX_ATTEMPTS, cached_mutation, catch_up, check_with_server,
@@ -46,7 +46,16 @@ pub async fn get(
 ) -> ApiResult {
     let mut m = fresh::mutation(state, caller, ns, name).await?;
     // A label this replica does not show may have been added through another one.
-    if position(&m, label).is_none() && fresh::refresh(state, ns, name, Need::Mutation).await {
+    if position(&m, label).is_none()
+        && fresh::refresh(
+            state,
+            &Asker::Caller(caller.clone()),
+            ns,
+            name,
+            Need::Mutation,
+        )
+        .await
+    {
         m = cached_mutation(state, caller, ns, name)?;
     }
     let index = position(&m, label).ok_or_else(|| absent(ns, name, label))?;

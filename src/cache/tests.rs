@@ -83,3 +83,35 @@ async fn waiters_are_released_when_the_feeds_stop() {
     let woke = tokio::time::timeout(PATIENCE, waiter).await;
     assert!(matches!(woke, Ok(Ok(false))), "{woke:?}");
 }
+
+/// Issue 25, item 8 (R34): caches are served from while synced and the API server answers;
+/// once it has failed to answer for longer than the bound they are not, and its next answer
+/// brings them back.
+#[test]
+fn caches_cut_off_from_the_api_server_are_not_served_from() {
+    let health = Health::default();
+    let freshness = Freshness {
+        health: health.clone(),
+        stale_after: Some(Duration::from_millis(30)),
+    };
+    let (caches, mut writers) = for_tests_with(freshness);
+    assert_eq!(caches.serving(), Serving::Starting);
+    writers.sync();
+    assert_eq!(caches.serving(), Serving::Yes);
+    health.failed();
+    assert_eq!(caches.serving(), Serving::Yes, "within the bound");
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(matches!(caches.serving(), Serving::CutOff(d) if d >= Duration::from_millis(30)));
+    health.answered();
+    assert_eq!(caches.serving(), Serving::Yes);
+
+    // Without a bound, failures never stop the serving.
+    let (caches, mut writers) = for_tests_with(Freshness {
+        health: health.clone(),
+        stale_after: None,
+    });
+    writers.sync();
+    health.failed();
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(caches.serving(), Serving::Yes);
+}

@@ -206,3 +206,51 @@ fn insecure_is_loopback_only_unless_allowed() {
         .to_string();
     assert!(e.contains("MUTANT_API_INSECURE_ALLOW_REMOTE"), "{e}");
 }
+
+// Issue 25, items 3, 7 and 8 (R33, R34): the namespaces the API serves, its connection cap and
+// how long the API server may be silent; bad values are errors naming the variable.
+#[test]
+fn api_namespaces_connections_and_staleness() {
+    let c = config(&[]).unwrap();
+    assert_eq!(c.api_namespaces, None);
+    assert_eq!(c.api_max_connections, DEFAULT_API_MAX_CONNECTIONS);
+    assert_eq!(c.stale_after, Duration::from_secs(30));
+    let c = config(&[
+        ("MUTANT_API_NAMESPACES", " boards, kiosks ,"),
+        ("MUTANT_API_MAX_CONNECTIONS", "64"),
+        ("MUTANT_STALE_AFTER_SECONDS", "5"),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.api_namespaces,
+        Some(vec!["boards".to_string(), "kiosks".to_string()])
+    );
+    assert_eq!(c.api_max_connections, 64);
+    assert_eq!(c.stale_after, Duration::from_secs(5));
+    assert_eq!(
+        config(&[("MUTANT_API_NAMESPACES", " , ")])
+            .unwrap()
+            .api_namespaces,
+        None
+    );
+    for (name, value) in [
+        ("MUTANT_API_NAMESPACES", "Boards"),
+        ("MUTANT_API_MAX_CONNECTIONS", "0"),
+        ("MUTANT_API_MAX_CONNECTIONS", "lots"),
+        ("MUTANT_STALE_AFTER_SECONDS", "0"),
+    ] {
+        let e = config(&[(name, value)]).unwrap_err().to_string();
+        assert!(e.contains(name), "{name}={value}: {e}");
+    }
+    // The API serves only what the operator watches.
+    let e = config(&[
+        ("MUTANT_WATCH_NAMESPACE", "boards"),
+        ("MUTANT_API_NAMESPACES", "boards,kiosks"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("\"kiosks\"") && e.contains("does not watch"),
+        "{e}"
+    );
+}

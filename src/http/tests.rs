@@ -32,6 +32,7 @@ fn test_config() -> ServerConfig {
         body_timeout: Duration::from_millis(300),
         drain_timeout: DEADLINE,
         keep_alive: true,
+        max_connections: 8,
     }
 }
 
@@ -370,5 +371,6 @@ async fn bind_error_names_the_address() {
     assert_eq!(err.metric_label(), "client");
 }
 
+mod cap;
 mod draining;
 mod helpers;

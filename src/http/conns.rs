@@ -1,0 +1,223 @@
+//! The open connections of one listener, and its cap (issue 25, item 7; R34).
+//!
+//! Every accepted connection takes a slot; at [`ServerConfig::max_connections`] the next one
+//! is let in only by closing the connection that has been idle longest (no request in flight:
+//! a keep-alive between requests, or a client that has not sent a whole request head yet).
+//! When every open connection has a request in flight, the new one is refused. Idle
+//! connections are also closed after [`ServerConfig::header_read_timeout`] by hyper itself.
+//! So a client that opens connections and sends nothing can hold at most the cap, and only
+//! until somebody else connects: the process keeps its file descriptors for its own calls to
+//! the API server, and its metrics and probes have a listener and a cap of their own.
+//!
+//! [`ServerConfig::max_connections`]: super::ServerConfig::max_connections
+//! [`ServerConfig::header_read_timeout`]: super::ServerConfig::header_read_timeout
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use tokio::{sync::Notify, time::Instant};
+
+/// One open connection.
+#[derive(Debug)]
+pub(super) struct Slot {
+    state: Mutex<SlotState>,
+    evicted: Notify,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    in_flight: u32,
+    idle_since: Instant,
+    evicted: bool,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Slot {
+            state: Mutex::new(SlotState {
+                in_flight: 0,
+                idle_since: Instant::now(),
+                evicted: false,
+            }),
+            evicted: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks a request in flight until the returned guard is dropped.
+    pub(super) fn busy(self: &Arc<Self>) -> Busy {
+        self.lock().in_flight += 1;
+        Busy(self.clone())
+    }
+
+    /// Resolves when the connection is to be closed to make room for another.
+    pub(super) async fn evicted(&self) {
+        self.evicted.notified().await;
+    }
+
+    /// Since when the connection has been idle, if it is and is not being closed already.
+    fn idle_since(&self) -> Option<Instant> {
+        let state = self.lock();
+        (state.in_flight == 0 && !state.evicted).then_some(state.idle_since)
+    }
+
+    /// Marks the connection to be closed, if it is still idle; `notify_one` keeps the signal
+    /// for a connection task that is not waiting yet.
+    fn evict(&self) -> bool {
+        let mut state = self.lock();
+        if state.in_flight > 0 || state.evicted {
+            return false;
+        }
+        state.evicted = true;
+        drop(state);
+        self.evicted.notify_one();
+        true
+    }
+}
+
+/// A request in flight on a connection ([`Slot::busy`]).
+pub(super) struct Busy(Arc<Slot>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        state.idle_since = Instant::now();
+    }
+}
+
+/// What [`Open::admit`] decided for a new connection.
+pub(super) enum Admit {
+    /// Let in, with its slot; `evicted` says whether an idle connection is being closed for it.
+    Yes {
+        slot: Arc<Slot>,
+        id: u64,
+        evicted: bool,
+    },
+    /// At the cap, and every connection has a request in flight.
+    Full,
+}
+
+/// The open connections of a listener.
+#[derive(Debug)]
+pub(super) struct Open {
+    max: usize,
+    slots: Mutex<(u64, HashMap<u64, Arc<Slot>>)>,
+}
+
+impl Open {
+    /// At most `max` connections (at least one).
+    pub(super) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Open {
+            max: max.max(1),
+            slots: Mutex::new((0, HashMap::new())),
+        })
+    }
+
+    /// Takes a slot for a new connection, closing the longest idle one if at the cap.
+    pub(super) fn admit(&self) -> Admit {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut evicted = false;
+        if slots.1.len() >= self.max {
+            let oldest = slots
+                .1
+                .iter()
+                .filter_map(|(id, slot)| slot.idle_since().map(|since| (since, *id)))
+                .min();
+            let Some((_, id)) = oldest.filter(|(_, id)| slots.1[id].evict()) else {
+                return Admit::Full;
+            };
+            // Its task ends at once; its slot is free from now on.
+            slots.1.remove(&id);
+            evicted = true;
+        }
+        slots.0 += 1;
+        let id = slots.0;
+        let slot = Arc::new(Slot::new());
+        slots.1.insert(id, slot.clone());
+        Admit::Yes { slot, id, evicted }
+    }
+
+    /// Frees the slot of a connection that has ended.
+    pub(super) fn leave(&self, id: u64) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .remove(&id);
+    }
+
+    /// How many connections hold a slot.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .len()
+    }
+}
+
+/// Frees a connection's slot when its task ends, however it ends.
+pub(super) struct Leave(pub(super) Arc<Open>, pub(super) u64);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.0.leave(self.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(open: &Open) -> (Arc<Slot>, u64, bool) {
+        match open.admit() {
+            Admit::Yes { slot, id, evicted } => (slot, id, evicted),
+            Admit::Full => panic!("refused"),
+        }
+    }
+
+    // Issue 25, item 7: at the cap the longest idle connection makes room; busy ones never do;
+    // when all are busy the new one is refused.
+    #[tokio::test(start_paused = true)]
+    async fn the_longest_idle_connection_makes_room() {
+        let open = Open::new(3);
+        let (a, _, _) = admitted(&open);
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        let (b, _, _) = admitted(&open);
+        let (c, _, _) = admitted(&open);
+        let busy_a = a.busy();
+        // a is busy: b is the longest idle.
+        let (d, _, evicted) = admitted(&open);
+        assert!(evicted);
+        assert_eq!(open.len(), 3);
+        tokio::time::timeout(std::time::Duration::from_secs(1), b.evicted())
+            .await
+            .unwrap_or_else(|_| panic!("b must be told to close"));
+        let (busy_c, busy_d) = (c.busy(), d.busy());
+        assert!(matches!(open.admit(), Admit::Full));
+        // A request that ends makes its connection idle again, and so evictable.
+        drop(busy_a);
+        let (e, _, evicted) = admitted(&open);
+        assert!(evicted);
+        let busy_e = e.busy();
+        assert!(matches!(open.admit(), Admit::Full));
+        drop((busy_c, busy_d, busy_e));
+    }
+
+    #[test]
+    fn a_connection_that_ends_frees_its_slot() {
+        let open = Open::new(1);
+        let (_, id, _) = admitted(&open);
+        drop(Leave(open.clone(), id));
+        assert_eq!(open.len(), 0);
+        let (_, _, evicted) = admitted(&open);
+        assert!(!evicted);
+    }
+}
