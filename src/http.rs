@@ -62,6 +62,9 @@ const MIN_MAX_BUF_SIZE: usize = 8192;
 /// the process ran out of file descriptors).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
+/// How long the loop waits for a connection closed to make room to be gone.
+const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
 /// How often refusals at the connection cap are logged, at most.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -324,8 +327,11 @@ where
         };
         let (slot, id) = match open.admit() {
             conns::Admit::Yes { slot, id, evicted } => {
-                if evicted {
-                    tracing::debug!(server = name, peer = %peer, "at the connection cap: closed the longest idle connection");
+                if let Some(evicted) = evicted {
+                    tracing::debug!(server = name, peer = %peer, "at the connection cap: closing the longest idle connection");
+                    // Its socket is closed before the next accept: a burst of connections
+                    // cannot outrun the closing and take every file descriptor.
+                    let _ = tokio::time::timeout(EVICTION_WAIT, evicted.gone()).await;
                 }
                 (slot, id)
             }
@@ -365,7 +371,7 @@ where
                 Ok::<_, Infallible>(response)
             }
         });
-        let leave = conns::Leave(open.clone(), id);
+        let leave = conns::Leave(open.clone(), id, slot.clone());
         let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
         let handshake_timeout = config.header_read_timeout;
         let span = tracing::debug_span!("conn", server = name, peer = %peer);

@@ -10,8 +10,9 @@
 //!   then costs a request 10 s, not forever. Watches are long-lived by design and keep only
 //!   the watcher's own idle timeout.
 //! - **Reachability.** Every answer (any status below 500, a watch's first bytes included)
-//!   marks the server reachable; every failure (no answer, the deadline, a 5xx) marks it
-//!   failing, from the first failure after the last answer on. [`Health::unanswered_for`] says
+//!   marks the server reachable; every failure (no answer, the deadline, a 5xx, a call its
+//!   caller gave up on after waiting a second or more) marks it failing, from the first
+//!   failure after the last answer on. [`Health::unanswered_for`] says
 //!   for how long the server has failed without answering once: the followers read the Lease
 //!   every few seconds and the watchers re-open their watches, so a replica cut off from the
 //!   API server sees failures within seconds, and its first answer clears them.
@@ -144,6 +145,11 @@ where
         let health = self.health.clone();
         let answer = self.inner.call(request);
         Box::pin(async move {
+            let mut outstanding = Outstanding {
+                health: health.clone(),
+                started: Instant::now(),
+                done: false,
+            };
             let answered = match deadline {
                 Some(at) => match tokio::time::timeout_at(at, answer).await {
                     Ok(answered) => answered.map_err(Into::into),
@@ -151,6 +157,7 @@ where
                 },
                 None => answer.await.map_err(Into::into),
             };
+            outstanding.done = true;
             match &answered {
                 Ok(response) if !response.status().is_server_error() => health.answered(),
                 _ => health.failed(),
@@ -163,6 +170,27 @@ where
                 health,
             }))
         })
+    }
+}
+
+/// How long a call must have waited for its answer before its caller gave up on it for that
+/// to count as a failure: the Lease's reads give up after a fifth of the Lease's duration
+/// (3 s), before [`CALL_DEADLINE`].
+const ABANDONED_AFTER: Duration = Duration::from_secs(1);
+
+/// A call waiting for its answer; dropped unanswered after [`ABANDONED_AFTER`] (its caller
+/// timed out), it counts as a failure.
+struct Outstanding {
+    health: Health,
+    started: Instant,
+    done: bool,
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        if !self.done && self.started.elapsed() >= ABANDONED_AFTER {
+            self.health.failed();
+        }
     }
 }
 
@@ -278,6 +306,31 @@ mod tests {
                 .is_err(),
             "a watch has no deadline of this layer"
         );
+    }
+
+    // Issue 25, item 8: a call its caller gives up on after a while (the Lease's own timeout)
+    // is a failure; one given up at once is not.
+    #[tokio::test(start_paused = true)]
+    async fn calls_given_up_on_count_as_failures() {
+        let health = Health::default();
+        let layer = HealthLayer::new(health.clone(), Duration::from_secs(10));
+        let stalled = tower::service_fn(|_: Request<()>| {
+            std::future::pending::<Result<Response<Empty<Bytes>>, BoxError>>()
+        });
+        let quick = tokio::time::timeout(
+            Duration::from_millis(10),
+            layer.layer(stalled).oneshot(request("/x")),
+        )
+        .await;
+        assert!(quick.is_err());
+        assert_eq!(health.unanswered_for(), None);
+        let late = tokio::time::timeout(
+            Duration::from_secs(3),
+            layer.layer(stalled).oneshot(request("/x")),
+        )
+        .await;
+        assert!(late.is_err());
+        assert!(health.unanswered_for().is_some());
     }
 
     // Issue 25, items 8 and 9: an answer clears the failures; a 5xx is one; a body that stalls

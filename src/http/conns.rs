@@ -24,6 +24,7 @@ use tokio::{sync::Notify, time::Instant};
 pub(super) struct Slot {
     state: Mutex<SlotState>,
     evicted: Notify,
+    gone: Notify,
 }
 
 #[derive(Debug)]
@@ -42,7 +43,13 @@ impl Slot {
                 evicted: false,
             }),
             evicted: Notify::new(),
+            gone: Notify::new(),
         }
+    }
+
+    /// Resolves once the connection's task has ended and its socket is closed.
+    pub(super) async fn gone(&self) {
+        self.gone.notified().await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
@@ -93,11 +100,11 @@ impl Drop for Busy {
 
 /// What [`Open::admit`] decided for a new connection.
 pub(super) enum Admit {
-    /// Let in, with its slot; `evicted` says whether an idle connection is being closed for it.
+    /// Let in, with its slot; `evicted` is the idle connection being closed for it, if any.
     Yes {
         slot: Arc<Slot>,
         id: u64,
-        evicted: bool,
+        evicted: Option<Arc<Slot>>,
     },
     /// At the cap, and every connection has a request in flight.
     Full,
@@ -122,7 +129,7 @@ impl Open {
     /// Takes a slot for a new connection, closing the longest idle one if at the cap.
     pub(super) fn admit(&self) -> Admit {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut evicted = false;
+        let mut evicted = None;
         if slots.1.len() >= self.max {
             let oldest = slots
                 .1
@@ -133,8 +140,7 @@ impl Open {
                 return Admit::Full;
             };
             // Its task ends at once; its slot is free from now on.
-            slots.1.remove(&id);
-            evicted = true;
+            evicted = slots.1.remove(&id);
         }
         slots.0 += 1;
         let id = slots.0;
@@ -163,12 +169,14 @@ impl Open {
     }
 }
 
-/// Frees a connection's slot when its task ends, however it ends.
-pub(super) struct Leave(pub(super) Arc<Open>, pub(super) u64);
+/// Frees a connection's slot when its task ends, however it ends (after its socket is
+/// closed: declared after it in the task), and tells whoever waits for that.
+pub(super) struct Leave(pub(super) Arc<Open>, pub(super) u64, pub(super) Arc<Slot>);
 
 impl Drop for Leave {
     fn drop(&mut self) {
         self.0.leave(self.1);
+        self.2.gone.notify_one();
     }
 }
 
@@ -178,7 +186,7 @@ mod tests {
 
     fn admitted(open: &Open) -> (Arc<Slot>, u64, bool) {
         match open.admit() {
-            Admit::Yes { slot, id, evicted } => (slot, id, evicted),
+            Admit::Yes { slot, id, evicted } => (slot, id, evicted.is_some()),
             Admit::Full => panic!("refused"),
         }
     }
@@ -211,11 +219,14 @@ mod tests {
         drop((busy_c, busy_d, busy_e));
     }
 
-    #[test]
-    fn a_connection_that_ends_frees_its_slot() {
+    #[tokio::test]
+    async fn a_connection_that_ends_frees_its_slot() {
         let open = Open::new(1);
-        let (_, id, _) = admitted(&open);
-        drop(Leave(open.clone(), id));
+        let (slot, id, _) = admitted(&open);
+        drop(Leave(open.clone(), id, slot.clone()));
+        tokio::time::timeout(std::time::Duration::from_secs(1), slot.gone())
+            .await
+            .unwrap_or_else(|_| panic!("the end of the connection is told"));
         assert_eq!(open.len(), 0);
         let (_, _, evicted) = admitted(&open);
         assert!(!evicted);

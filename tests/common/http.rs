@@ -97,9 +97,34 @@ pub async fn send_raw(port: u16, raw: &[u8]) -> Reply {
     parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
 }
 
+/// [`request_with`] from loopback address `source` (127.0.0.x), as another client machine
+/// would.
+#[allow(clippy::too_many_arguments, reason = "a request, spelled out")]
+pub async fn request_from(
+    source: std::net::Ipv4Addr,
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Reply {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    let stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+    let raw = raw_request(port, method, path, token, headers, body);
+    let text = exchange_on(stream, &raw).await;
+    parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
+}
+
 /// Sends raw bytes and returns everything the server sent until it closed the connection.
 pub async fn exchange(port: u16, raw: &[u8]) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    exchange_on(stream, raw).await
+}
+
+/// [`exchange`] on a connected stream.
+async fn exchange_on(mut stream: TcpStream, raw: &[u8]) -> String {
     // A server that refuses the request early (413 on Content-Length) answers and closes while
     // the rest is still being written: the write then fails, and the answer is still there to
     // read (up to a reset, which can cut it short: then what arrived is what counts).

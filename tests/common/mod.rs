@@ -293,6 +293,8 @@ pub struct Operator {
     pub metrics_port: u16,
     /// How many times the process was launched.
     pub starts: u32,
+    /// The most files the process may open (`prlimit --nofile`), if limited.
+    open_files: Option<u64>,
 }
 
 impl Operator {
@@ -306,12 +308,22 @@ impl Operator {
     /// then exits saying it cannot listen); an operator that exits for another reason, or is
     /// still connecting after 30 s, is returned as it is, for the test to judge.
     pub fn start_with(namespace: &str, env: &[(&str, &str)]) -> Operator {
+        Self::start_limited(namespace, env, None)
+    }
+
+    /// [`Operator::start_with`], allowed to open at most `open_files` files (`RLIMIT_NOFILE`,
+    /// set with `prlimit`), as a container's limit would.
+    pub fn start_limited(
+        namespace: &str,
+        env: &[(&str, &str)],
+        open_files: Option<u64>,
+    ) -> Operator {
         let own_addresses = env
             .iter()
             .any(|(k, _)| *k == "MUTANT_API_ADDR" || *k == "MUTANT_METRICS_ADDR");
         let mut attempt = 1;
         loop {
-            let mut operator = Self::spawn(namespace, env);
+            let mut operator = Self::spawn(namespace, env, open_files);
             if own_addresses {
                 return operator;
             }
@@ -341,7 +353,7 @@ impl Operator {
         }
     }
 
-    fn spawn(namespace: &str, env: &[(&str, &str)]) -> Operator {
+    fn spawn(namespace: &str, env: &[(&str, &str)], open_files: Option<u64>) -> Operator {
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let mut operator = Operator {
@@ -355,6 +367,7 @@ impl Operator {
             api_port: free_port(),
             metrics_port: free_port(),
             starts: 0,
+            open_files,
         };
         operator.launch();
         operator
@@ -374,7 +387,16 @@ impl Operator {
             use std::io::Write;
             writeln!(file, "=== operator start #{} ===", self.starts).unwrap();
         }
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mutantops"));
+        let binary = env!("CARGO_BIN_EXE_mutantops");
+        let mut command = match self.open_files {
+            None => std::process::Command::new(binary),
+            Some(n) => {
+                // prlimit execs the binary: the child's pid is the operator's.
+                let mut command = std::process::Command::new("prlimit");
+                command.arg(format!("--nofile={n}:{n}")).arg(binary);
+                command
+            }
+        };
         command
             .env("MUTANT_WATCH_NAMESPACE", &self.namespace)
             .env("MUTANT_API_ADDR", format!("127.0.0.1:{}", self.api_port))

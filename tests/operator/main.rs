@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod abuse;
 mod api_argo;
 mod api_auth;
 mod api_badinput;
@@ -21,6 +22,8 @@ mod api_load;
 mod api_walkthrough;
 mod conflicts;
 mod connect;
+mod connections;
+mod cutoff;
 mod examples;
 mod invalid;
 mod kubectl;

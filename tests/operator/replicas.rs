@@ -23,7 +23,7 @@ const LAG: Duration = Duration::from_millis(300);
 
 /// A TCP proxy to `upstream` that forwards what the client sends at once and what comes back
 /// `LAG` late (in order). Returns its port; it runs until the test's runtime ends.
-async fn lagging_proxy(upstream: String) -> u16 {
+pub(super) async fn lagging_proxy(upstream: String) -> u16 {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -66,7 +66,7 @@ async fn lagging_proxy(upstream: String) -> u16 {
 }
 
 /// A copy of the test cluster's kubeconfig whose server is `127.0.0.1:port`.
-fn kubeconfig_through(port: u16, path: &std::path::Path) -> String {
+pub(super) fn kubeconfig_through(port: u16, path: &std::path::Path) -> String {
     let source = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test cluster");
     let mut config: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
@@ -83,15 +83,15 @@ fn kubeconfig_through(port: u16, path: &std::path::Path) -> String {
 
 /// Replica A reaches the API server directly, replica B through the lagging proxy; both serve
 /// the API of one namespace with the admin token `ADMIN`.
-struct Replicas {
-    a: Operator,
-    b: Operator,
+pub(super) struct Replicas {
+    pub(super) a: Operator,
+    pub(super) b: Operator,
     dir: std::path::PathBuf,
-    ns: TestNamespace,
+    pub(super) ns: TestNamespace,
 }
 
 impl Replicas {
-    async fn start(prefix: &str) -> Replicas {
+    pub(super) async fn start(prefix: &str) -> Replicas {
         let ns = TestNamespace::new(prefix).await;
         common::install_crds(&ns.client).await;
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -139,7 +139,7 @@ impl Replicas {
     }
 
     /// An API request to the replica on `port`, below the namespace's path.
-    async fn call(
+    pub(super) async fn call(
         &self,
         port: u16,
         method: &str,
@@ -151,7 +151,7 @@ impl Replicas {
     }
 
     /// [`Replicas::call`] with extra headers.
-    async fn call_with(
+    pub(super) async fn call_with(
         &self,
         port: u16,
         method: &str,
@@ -166,8 +166,8 @@ impl Replicas {
     }
 
     /// Creates Mutation `name` (variant `a`, 0 instances) through A; returns its token.
-    async fn create(&self, name: &str) -> String {
-        let create = json!({"name": name, "deployment": base("web"),
+    pub(super) async fn create(&self, name: &str) -> String {
+        let create = json!({"name": name, "deployment": base(name),
                             "variants": [{"label": "a", "instances": 0}]});
         let created = self
             .call(
@@ -191,7 +191,7 @@ impl Drop for Replicas {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn what_one_replica_made_is_usable_through_the_other_at_once() {
     let r = Replicas::start("replicas").await;
@@ -241,7 +241,7 @@ async fn what_one_replica_made_is_usable_through_the_other_at_once() {
 
 /// Issue 15: edits of existing variants, alternating between the replicas, each read at once
 /// through the other with `Cache-Control: no-cache`: scaled, removed, added, and the list.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit() {
     let r = Replicas::start("replicas-edit").await;

@@ -1,0 +1,99 @@
+//! Issue 25, item 7 (R34): clients that open connections and send nothing. The operator runs
+//! with 128 file descriptors (as a container's limit would have it) and a cap of 32 API
+//! connections, while a client keeps 300 connections open, opening a new one whenever one is
+//! closed: 400 such connections used to leave the process without descriptors (accept failed
+//! with "Too many open files", admin requests got no answer). With the cap, the admin is
+//! answered, the operator's own calls to the API server go on (a Mutation created through the
+//! API gets its Deployment), and the probes answer.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{io::AsyncReadExt, net::TcpStream};
+
+use super::*;
+
+/// Keeps `count` idle connections to `port` open until `stop`, replacing each one the server
+/// closes; counts the connections opened.
+fn idle_flood(port: u16, count: usize, stop: Arc<AtomicBool>, opened: Arc<AtomicUsize>) {
+    for _ in 0..count {
+        let (stop, opened) = (stop.clone(), opened.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                opened.fetch_add(1, Ordering::Relaxed);
+                // Nothing is sent; wait until the server closes the connection (or the end).
+                let mut buf = [0u8; 256];
+                let _ = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut buf)).await;
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn idle_connections_cannot_take_the_operators_descriptors() {
+    let ns = TestNamespace::new("conncap").await;
+    common::install_crds(&ns.client).await;
+    let operator = Operator::start_limited(
+        &ns.name,
+        &[
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("MUTANT_API_MAX_CONNECTIONS", "32"),
+        ],
+        Some(128),
+    );
+    let f = Fixture { operator, ns };
+    let (api, metrics) = (f.operator.api_port, f.operator.metrics_port);
+    wait_for("the HTTP API to serve", CONVERGE, || async {
+        let reply = f.call("GET", "/mutations", Some(ADMIN), None).await;
+        (reply.status == 200)
+            .then_some(())
+            .ok_or(format!("{reply:?}"))
+    })
+    .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    idle_flood(api, 300, stop.clone(), opened.clone());
+    wait_for("300 idle connections", CONVERGE, || async {
+        let n = opened.load(Ordering::Relaxed);
+        (n >= 300).then_some(()).ok_or(n)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The admin is answered, a Mutation is created (the operator's own calls: a dry run, the
+    // create, then the leader's reconcile) and gets its Deployment; the probes answer.
+    let list = f.call("GET", "/mutations", Some(ADMIN), None).await;
+    assert_eq!(list.status, 200, "{list:?}");
+    let create = json!({"name": "web", "deployment": base("web"),
+                        "variants": [{"label": "a", "instances": 0}]});
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    f.wait_deployment("web-a", "created", |_| true).await;
+    let ready = common::http::request(metrics, "GET", "/readyz", None, None).await;
+    assert_eq!(ready.status, 200, "{ready:?}");
+    let flooded = opened.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    println!("{flooded} idle connections opened during the test");
+    assert!(
+        flooded > 300,
+        "the server closed none of the idle connections"
+    );
+    let log = f.operator.log_text();
+    assert!(
+        !log.contains("Too many open files"),
+        "the operator ran out of descriptors"
+    );
+}

@@ -1,0 +1,186 @@
+//! Issue 25, items 8 and 9 (R34): a replica whose API server stalls. It reaches the API server
+//! through a TCP proxy of the test's that can stall: accept connections and pass nothing on,
+//! either way, as a hung API server or a network that drops packets would. A call then ends at
+//! its deadline (503 with `Retry-After`, not a request left without an answer); once the
+//! server has not answered for `MUTANT_STALE_AFTER_SECONDS`, the replica stops authorising
+//! from its caches (they may hold a token whose Secret is gone) and reports not ready; when the
+//! server answers again it recovers by itself.
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Secret;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::watch,
+};
+
+use super::{replicas::kubeconfig_through, *};
+
+/// Copies `from` to `to` while `open` is true; holds what it read while it is false.
+async fn pass(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut open: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 || open.wait_for(|open| *open).await.is_err() {
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// A TCP proxy to `upstream` that passes bytes both ways while `open` is true and stalls
+/// while it is false: new connections are accepted and then held. Returns its port.
+async fn stalling_proxy(upstream: String, open: watch::Receiver<bool>) -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (upstream, mut open) = (upstream.clone(), open.clone());
+            tokio::spawn(async move {
+                if open.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pass(client_read, server_write, open.clone()));
+                pass(server_read, client_write, open).await;
+            });
+        }
+    });
+    port
+}
+
+/// `/readyz` of the replica: status and body.
+async fn readyz(port: u16) -> (u16, String) {
+    let reply = common::http::request(port, "GET", "/readyz", None, None).await;
+    (reply.status, reply.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
+    let ns = TestNamespace::new("cutoff").await;
+    common::install_crds(&ns.client).await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cutoff-{}", common::random_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let upstream = kubeconfig_through(0, &kubeconfig);
+    let (open, opened) = watch::channel(true);
+    let proxy = stalling_proxy(upstream, opened).await;
+    kubeconfig_through(proxy, &kubeconfig);
+    let kubeconfig = kubeconfig.display().to_string();
+    let operator = Operator::start_with(
+        &ns.name,
+        &[
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("MUTANT_STALE_AFTER_SECONDS", "3"),
+            ("POD_NAMESPACE", &ns.name),
+            ("KUBECONFIG", &kubeconfig),
+        ],
+    );
+    let (api, metrics) = (operator.api_port, operator.metrics_port);
+    let path = |rest: &str| format!("/api/v1/namespaces/{}/mutations{rest}", ns.name);
+    wait_for("the HTTP API to serve", CONVERGE, || async {
+        let reply = common::http::request(api, "GET", &path(""), Some(ADMIN), None).await;
+        (reply.status == 200)
+            .then_some(())
+            .ok_or(format!("{reply:?}"))
+    })
+    .await;
+    let create = json!({"name": "web", "deployment": base("web"),
+                        "variants": [{"label": "a", "instances": 0}]});
+    let created = common::http::request(
+        api,
+        "POST",
+        &path(""),
+        Some(ADMIN),
+        Some(&create.to_string()),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let secrets: Api<Secret> = ns.api();
+    let secret = secrets.get("web-secret").await.unwrap();
+    let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+    let web = path("/web");
+    let device_get = || common::http::request(api, "GET", &web, Some(&token), None);
+    assert_eq!(device_get().await.status, 200);
+    assert_eq!(readyz(metrics).await.0, 200);
+
+    // The API server stalls. Item 9: a device's POST, which needs the server (its dry run),
+    // is answered at the call's deadline, with Retry-After; it was left without an answer.
+    open.send_replace(false);
+    let began = Instant::now();
+    let add = json!({"label": "b", "instances": 0}).to_string();
+    let added = common::http::request(
+        api,
+        "POST",
+        &path("/web/variants"),
+        Some(&token),
+        Some(&add),
+    )
+    .await;
+    let waited = began.elapsed();
+    println!(
+        "a POST during the stall was answered {} after {waited:?}",
+        added.status
+    );
+    assert_eq!(added.status, 503, "{added:?}");
+    assert_eq!(added.header("retry-after"), Some("1"), "{added:?}");
+
+    // Item 8: the Secret is deleted where the replica cannot see it. Within the bound (3 s,
+    // after the Lease's reads and the calls above have failed) the replica stops authorising
+    // from its cache: the old token gets 503, not 200, and the replica is not ready.
+    secrets
+        .delete("web-secret", &Default::default())
+        .await
+        .unwrap();
+    wait_for("the cut-off replica to answer 503", CONVERGE, || async {
+        let reply = device_get().await;
+        match reply.status {
+            503 => Ok(reply),
+            200 => Err(format!("still authorised from its cache: {reply:?}")),
+            _ => panic!("{reply:?}"),
+        }
+    })
+    .await;
+    let reply = device_get().await;
+    assert_eq!(reply.header("retry-after"), Some("1"), "{reply:?}");
+    assert!(
+        reply.body.contains("has not reached the Kubernetes API"),
+        "{reply:?}"
+    );
+    let (status, body) = readyz(metrics).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("has not answered"), "{body}");
+
+    // The server answers again: ready again by itself, and the deleted Secret's token is
+    // refused (the leader makes the Mutation a new Secret, with a new token).
+    open.send_replace(true);
+    wait_for("the replica to be ready again", CONVERGE, || async {
+        let (status, body) = readyz(metrics).await;
+        (status == 200).then_some(()).ok_or(body)
+    })
+    .await;
+    wait_for("the old token to be refused", CONVERGE, || async {
+        let reply = device_get().await;
+        (reply.status == 401)
+            .then_some(())
+            .ok_or(format!("{reply:?}"))
+    })
+    .await;
+    assert!(
+        !operator.log_text().contains("panicked"),
+        "the operator panicked"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
