@@ -29,9 +29,13 @@ use crate::{Error, Result, config::TlsFiles};
 /// How often a handshake looks at the files for a change, at most.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// The most plaintext one TLS record carries: 4 KiB, which mbedTLS builds for small boards
+/// accept (`MBEDTLS_SSL_IN_CONTENT_LEN` 4096) as well as every other client.
+pub const MAX_RECORD_PLAINTEXT: usize = 4096;
+
 /// The rustls server configuration of a listener serving the certificate in `files` (HTTP/1.1
-/// only, TLS 1.2 and 1.3). A pair that cannot be read, parsed or matched is an error naming
-/// the file.
+/// only, TLS 1.2 and 1.3, records of at most [`MAX_RECORD_PLAINTEXT`]). A pair that cannot be
+/// read, parsed or matched is an error naming the file.
 pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let resolver = Reloading::new(files.clone(), Arc::clone(&provider), CHECK_EVERY)?;
@@ -41,6 +45,9 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // mbedTLS on small boards fails on records larger than its input buffer, which firmware
+    // often sets to 4 KiB (R38).
+    config.max_fragment_size = Some(MAX_RECORD_PLAINTEXT);
     Ok(Arc::new(config))
 }
 

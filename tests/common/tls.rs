@@ -48,7 +48,16 @@ impl TestCa {
     /// Writes a server certificate and key into `dir` (replacing them by a rename, as a
     /// Secret volume does); returns their paths.
     pub fn write_server(&self, dir: &Path) -> (String, String) {
-        let (cert, key) = self.server();
+        self.write_pair(dir, self.server())
+    }
+
+    /// [`TestCa::write_server`] with the chain devices are served: the leaf, then this CA.
+    pub fn write_server_chain(&self, dir: &Path) -> (String, String) {
+        let (leaf, key) = self.server();
+        self.write_pair(dir, (format!("{leaf}{}", self.pem()), key))
+    }
+
+    fn write_pair(&self, dir: &Path, (cert, key): (String, String)) -> (String, String) {
         let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
         for (path, text) in [(&key_path, key), (&cert_path, cert)] {
             let staged = path.with_extension("new");
@@ -59,6 +68,20 @@ impl TestCa {
             cert_path.display().to_string(),
             key_path.display().to_string(),
         )
+    }
+
+    /// A rustls client that trusts only this CA and speaks only TLS 1.2, as mbedTLS builds
+    /// on small boards often do.
+    pub fn client_tls12(&self) -> TlsConnector {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.issuer.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        TlsConnector::from(Arc::new(config))
     }
 
     /// A rustls client that trusts only this CA.
