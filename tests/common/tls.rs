@@ -51,12 +51,6 @@ impl TestCa {
         self.write_pair(dir, self.server())
     }
 
-    /// [`TestCa::write_server`] with the chain devices are served: the leaf, then this CA.
-    pub fn write_server_chain(&self, dir: &Path) -> (String, String) {
-        let (leaf, key) = self.server();
-        self.write_pair(dir, (format!("{leaf}{}", self.pem()), key))
-    }
-
     fn write_pair(&self, dir: &Path, (cert, key): (String, String)) -> (String, String) {
         let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
         for (path, text) in [(&key_path, key), (&cert_path, cert)] {
@@ -68,20 +62,6 @@ impl TestCa {
             cert_path.display().to_string(),
             key_path.display().to_string(),
         )
-    }
-
-    /// A rustls client that trusts only this CA and speaks only TLS 1.2, as mbedTLS builds
-    /// on small boards often do.
-    pub fn client_tls12(&self) -> TlsConnector {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.issuer.der().clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS12])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        TlsConnector::from(Arc::new(config))
     }
 
     /// A rustls client that trusts only this CA.
@@ -96,6 +76,28 @@ impl TestCa {
             .with_no_client_auth();
         TlsConnector::from(Arc::new(config))
     }
+}
+
+/// A rustls client that trusts only the CA certificates in `ca_pem`; TLS 1.2 only if
+/// `tls12_only`.
+pub fn client_trusting(ca_pem: &str, tls12_only: bool) -> TlsConnector {
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider);
+    let builder = if tls12_only {
+        builder.with_protocol_versions(&[&rustls::version::TLS12])
+    } else {
+        builder.with_safe_default_protocol_versions()
+    };
+    let config = builder
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    TlsConnector::from(Arc::new(config))
 }
 
 /// Sends raw bytes over TLS to 127.0.0.1:`port` and returns all that comes back until the

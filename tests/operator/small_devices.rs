@@ -8,7 +8,6 @@
 
 use std::collections::BTreeSet;
 
-use common::tls::TestCa;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -287,14 +286,51 @@ async fn record_meter(upstream: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Ve
     (port, seen)
 }
 
+/// Runs deploy/devices/README.md's `lan-ca` block in `dir`, with names of this machine and
+/// without its kubectl line; returns the chain and key files it made.
+fn lan_ca(dir: &std::path::Path) -> (String, String) {
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/devices/README.md"
+    ))
+    .unwrap();
+    let block = readme
+        .split("<!-- lan-ca -->\n```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("deploy/devices/README.md has the lan-ca block");
+    let script: String = block
+        .replace(
+            "HOST=mutantops.home.lan IP=192.168.1.10",
+            "HOST=localhost IP=127.0.0.1",
+        )
+        .lines()
+        .filter(|line| !line.starts_with("kubectl "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    assert!(
+        out.status.success(),
+        "the lan-ca block failed (it needs openssl): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        dir.join("tls.crt").display().to_string(),
+        dir.join("tls.key").display().to_string(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
-    let ca = TestCa::new("small-devices");
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("small-tls-{}", common::random_suffix()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = ca.write_server_chain(&dir);
+    let (cert, key) = lan_ca(&dir);
     let f = Fixture::with_env(
         "small-tls",
         &[
@@ -305,7 +341,8 @@ async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
     )
     .await;
     let (port, records) = record_meter(f.operator.api_port).await;
-    let client = ca.client_tls12();
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
+    let client = common::tls::client_trusting(&ca, true);
     let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
     wait_for("the HTTPS API to serve", CONVERGE, || async {
         let reply = common::tls::request(&client, port, "GET", &path, Some(ADMIN), None).await?;
