@@ -21,11 +21,16 @@ mod embedded;
 pub(crate) mod fixtures;
 pub mod limits;
 mod owner;
+mod service;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
+pub use service::{
+    MAX_SERVICE_PORTS, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantService,
+    VariantServicePort,
+};
 
 use crate::{Error, Result};
 
@@ -101,6 +106,13 @@ fn default_instances() -> i32 {
         priority = "1"
     ),
     printcolumn(
+        name = "Services",
+        type_ = "string",
+        json_path = ".status.variantServices",
+        description = "the variants' Services and their ports",
+        priority = "1"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.message",
@@ -119,6 +131,11 @@ pub struct MutantDeploymentSpec {
     #[serde(default)]
     #[schemars(length(max = 500))]
     pub mutations: Vec<Variant>,
+
+    /// A Service per variant, `<base name>-<label>`, selecting only that variant's pods; its
+    /// address is in the variant's status. Absent: no Services (removing it deletes them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceSpec>,
 }
 
 /// Desired state of a Mutation: a base Deployment and variants managed at run time through the
@@ -170,6 +187,13 @@ pub struct MutantDeploymentSpec {
         priority = "1"
     ),
     printcolumn(
+        name = "Services",
+        type_ = "string",
+        json_path = ".status.variantServices",
+        description = "the variants' Services and their ports",
+        priority = "1"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.message",
@@ -198,6 +222,13 @@ pub struct MutationSpec {
     /// it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_access: Option<DeviceAccess>,
+
+    /// A Service per variant, `<base name>-<label>`, selecting only that variant's pods; its
+    /// address is in the variant's status and in the HTTP API's answer for the variant, so a
+    /// device holding the Mutation's token can look up its own. Absent: no Services (removing
+    /// it deletes them). The Mutation's token cannot change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceSpec>,
 }
 
 /// State of one variant.
@@ -207,9 +238,11 @@ pub enum VariantState {
     Progressing,
     /// The Deployment has observed its spec and all its replicas are updated and ready.
     Ready,
-    /// The variant cannot be applied (bad label, env name or instances); see message.
+    /// The variant cannot be applied (bad label, env name or instances), or its Service cannot
+    /// be made; see message.
     Invalid,
-    /// The label repeats, or the Deployment name belongs to someone else; see message.
+    /// The label repeats, or the Deployment or Service name belongs to someone else; see
+    /// message.
     Conflict,
 }
 
@@ -241,6 +274,10 @@ pub struct VariantStatus {
     pub replicas: i32,
     /// Replicas that are ready.
     pub ready_replicas: i32,
+    /// The variant's Service and how to reach it, when the owner asks for Services and it
+    /// exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<VariantService>,
 }
 
 /// A standard Kubernetes condition (`type`, `status`, `reason`, `message`,
@@ -286,6 +323,10 @@ pub struct OwnerStatus {
     /// column (`-o wide`), which can show one value per object, not a list.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub variant_labels: String,
+    /// The variants' Services and their ports, as kubectl shows a Service's (`80:30080/TCP`),
+    /// comma-separated: kubectl's `SERVICES` column (`-o wide`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub variant_services: String,
     /// One entry per declared variant, in spec order.
     #[serde(default)]
     pub variants: Vec<VariantStatus>,

@@ -36,6 +36,7 @@ mod build;
 mod observed;
 mod refusal;
 mod report;
+mod service;
 mod status;
 mod validate;
 
@@ -46,6 +47,10 @@ pub use build::{Foreign, Planned, Step, build, foreign, needs_apply, plan, resol
 pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, held_statuses, owner_status, stale};
+pub use service::{
+    ObservedService, PortView, ServiceView, build_service, resolve_service, serves,
+    service_needs_apply, service_ports, service_status, services_column, validate_service,
+};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
     Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, check_variant_count, deployment_name, unservable_name,

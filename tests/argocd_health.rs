@@ -204,6 +204,7 @@ fn variant(label: &str, state: VariantState, message: Option<&str>) -> VariantSt
         deployment: format!("web-{label}"),
         replicas: 2,
         ready_replicas: if state == VariantState::Ready { 2 } else { 0 },
+        service: None,
     }
 }
 
@@ -225,6 +226,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
             deployment: (&base()).into(),
             variants: spec_variants,
             device_access: None,
+            service: None,
         },
     );
     m.metadata.namespace = Some("default".to_owned());

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::{DeviceAccess, EmbeddedJson, Mutation, Variant, VariantStatus};
 
+mod service;
+
+pub use service::{ServicePortRequest, ServiceRequest};
+
 /// `POST .../mutations`.
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +26,9 @@ pub struct CreateMutation {
     /// What the Mutation's own token may ask (`spec.deviceAccess`); the defaults when left out.
     #[serde(default, rename = "deviceAccess")]
     pub device_access: Option<DeviceAccessRequest>,
+    /// A Service per variant (`spec.service`, R36); none when left out.
+    #[serde(default)]
+    pub service: Option<ServiceRequest>,
 }
 
 /// `deviceAccess` of `POST .../mutations`: [`DeviceAccess`], refusing unknown fields.

@@ -17,10 +17,11 @@ use super::{
 };
 use crate::{
     cache::{CacheState, Caches},
-    crd::{DeviceAccess, EmbeddedJson, Mutation, MutationSpec, OwnerKind, Variant},
+    crd::{DeviceAccess, EmbeddedJson, Mutation, MutationSpec, OwnerKind, ServiceSpec, Variant},
     http,
     variant::{
-        Base, Owner, access::validate_device_access, validate_mutation_name, validate_variants,
+        Base, Owner, access::validate_device_access, build_service, validate_mutation_name,
+        validate_variants,
     },
 };
 
@@ -47,7 +48,8 @@ pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Api
     Ok(http::json(StatusCode::OK, &mutation_view(&m)))
 }
 
-/// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants}`: 201, 400 when
+/// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants, deviceAccess,
+/// service}`: 201, 400 when
 /// invalid, 403 when the API server's dry run of a variant answers 403 (a quota, an admission
 /// policy: R35), 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
@@ -68,6 +70,14 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
         namespace: ns.to_string(),
         uid: "00000000-0000-0000-0000-000000000000".to_string(),
     };
+    // R36: each variant's Service must be one the controller can make.
+    let service = body.service.map(ServiceSpec::from);
+    if let Some(spec) = &service {
+        for v in &variants {
+            build_service(&base, &owner, &v.label, spec).map_err(ApiError::bad_request)?;
+        }
+        crate::variant::service_ports(&base, spec).map_err(ApiError::bad_request)?;
+    }
     check_with_server(state, &owner, &base, &variants).await?;
     let mutation = Mutation {
         metadata: ObjectMeta {
@@ -79,6 +89,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
             deployment: EmbeddedJson::from(&body.deployment),
             variants,
             device_access,
+            service,
         },
         status: None,
     };

@@ -18,6 +18,7 @@ pub(crate) fn variant_status(label: &str, state: VariantState, ready: i32) -> Va
         deployment: format!("web-{label}"),
         replicas: 1,
         ready_replicas: ready,
+        service: None,
     }
 }
 
@@ -45,6 +46,7 @@ pub(crate) fn mutant_deployment(name: &str, variants: Vec<Variant>) -> MutantDep
         MutantDeploymentSpec {
             deployment: (&minimal_base()).into(),
             mutations: variants,
+            service: None,
         },
     );
     md.metadata.namespace = Some("default".into());
@@ -59,6 +61,7 @@ pub(crate) fn mutation(name: &str, variants: Vec<Variant>) -> Mutation {
             deployment: (&minimal_base()).into(),
             variants,
             device_access: None,
+            service: None,
         },
     );
     m.metadata.namespace = Some("default".into());

@@ -7,7 +7,7 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{EmbeddedJson, MutantDeployment, Mutation, OwnerStatus, Variant};
+use super::{EmbeddedJson, MutantDeployment, Mutation, OwnerStatus, ServiceSpec, Variant};
 
 /// Which kind of custom resource owns a set of variants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,6 +64,8 @@ pub trait OwnerResource:
     fn variants(&self) -> &[Variant];
     /// The last reported status.
     fn owner_status(&self) -> Option<&OwnerStatus>;
+    /// The Service each variant should get, if any (R36).
+    fn service(&self) -> Option<&ServiceSpec>;
 }
 
 impl OwnerResource for MutantDeployment {
@@ -77,6 +79,9 @@ impl OwnerResource for MutantDeployment {
     fn owner_status(&self) -> Option<&OwnerStatus> {
         self.status.as_ref()
     }
+    fn service(&self) -> Option<&ServiceSpec> {
+        self.spec.service.as_ref()
+    }
 }
 
 impl OwnerResource for Mutation {
@@ -89,6 +94,9 @@ impl OwnerResource for Mutation {
     }
     fn owner_status(&self) -> Option<&OwnerStatus> {
         self.status.as_ref()
+    }
+    fn service(&self) -> Option<&ServiceSpec> {
+        self.spec.service.as_ref()
     }
 }
 

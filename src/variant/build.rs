@@ -154,7 +154,7 @@ fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>,
 }
 
 /// 64-bit FNV-1a: small, stable across platforms and releases, good enough to notice change.
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -310,6 +310,7 @@ impl Planned {
             deployment: self.name().to_owned(),
             replicas,
             ready_replicas,
+            service: None,
         }
     }
 }
@@ -413,7 +414,7 @@ pub fn needs_apply(desired: &Value, observed: Option<&ObservedDeployment>) -> bo
     observed.is_none_or(|observed| !is_subset(desired, &observed.comparable()))
 }
 
-fn is_subset(desired: &Value, observed: &Value) -> bool {
+pub(super) fn is_subset(desired: &Value, observed: &Value) -> bool {
     match (desired, observed) {
         (Value::Object(d), Value::Object(o)) => d.iter().all(|(k, dv)| match o.get(k) {
             None | Some(Value::Null) => is_zero(dv),

@@ -7,24 +7,25 @@ use std::collections::BTreeSet;
 
 use super::{
     OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name, may_prune,
-    ready_condition, summary, variant_state,
+    ready_condition, services_column, summary, variant_state,
 };
 use crate::crd::{OwnerStatus, Variant, VariantState, VariantStatus};
 
-/// What prune deletes (R6): of the Deployments this owner controls (`owned`, each checked with
-/// [`may_prune`] again), those whose name no declared variant has, as (name, uid) for a
-/// delete with a uid precondition.
-pub fn stale<'a>(
-    owned: impl IntoIterator<Item = &'a ObservedDeployment>,
+/// What prune deletes (R6): of the Deployments (or Services, R36) this owner controls
+/// (`owned`, each checked with [`may_prune`] again), those whose name no declared variant has,
+/// as (name, uid) for a delete with a uid precondition.
+pub fn stale<'a, K: kube::Resource + 'a>(
+    owned: impl IntoIterator<Item = &'a K>,
     owner: &Owner,
     declared: &BTreeSet<String>,
 ) -> Vec<(String, Option<String>)> {
     owned
         .into_iter()
-        .filter(|d| may_prune(&d.metadata, owner))
-        .filter_map(|d| {
-            let name = d.metadata.name.clone()?;
-            (!declared.contains(&name)).then(|| (name, d.metadata.uid.clone()))
+        .map(kube::Resource::meta)
+        .filter(|meta| may_prune(meta, owner))
+        .filter_map(|meta| {
+            let name = meta.name.clone()?;
+            (!declared.contains(&name)).then(|| (name, meta.uid.clone()))
         })
         .collect()
 }
@@ -63,6 +64,7 @@ pub fn held_statuses<'a>(
                 deployment,
                 replicas,
                 ready_replicas: ready,
+                service: None,
             }
         })
         .collect()
@@ -128,6 +130,7 @@ pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
             .map(|v| v.label.as_str())
             .collect::<Vec<_>>()
             .join(","),
+        variant_services: services_column(&found.variants),
         variants: found.variants,
         conditions: vec![condition],
     }

@@ -11,6 +11,7 @@ mod access;
 mod build;
 mod refusal;
 mod report;
+mod service;
 mod status;
 mod validate;
 
@@ -190,6 +191,7 @@ fn owner_from_resource_needs_namespace_and_uid() {
             deployment: (&base_json()).into(),
             variants: vec![],
             device_access: None,
+            service: None,
         },
     );
     assert!(Owner::from_resource(OwnerKind::Mutation, &m).is_err_and(|e| e.contains("namespace")));

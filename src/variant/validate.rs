@@ -40,7 +40,7 @@ fn nests_deeper_than(value: &Value, levels: usize) -> bool {
 }
 
 /// Whether `s` is a DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, 1 to 63 characters.
-fn is_dns1123_label(s: &str) -> bool {
+pub(super) fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
     let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     (1..=63).contains(&b.len())
