@@ -2,7 +2,7 @@
 //! controllers, the HTTP API, the admin listener and the metrics.
 //!
 //! Every owner is cached; of what the operator generates, only what carries its kind label
-//! (label-selected watches: never every Secret or Deployment of the cluster). The watch streams
+//! (label-selected watches: never every Secret, Deployment or Service of the cluster). The watch streams
 //! that fill the caches ([`Feeds`]) are driven by the controllers, which also react to them.
 //!
 //! Readers that wait for the caches (readiness, the API's read-your-writes, a controller
@@ -15,18 +15,14 @@ use futures::{Stream, TryStreamExt};
 use k8s_openapi::{NamespaceResourceScope, api::core::v1::Secret};
 use kube::{
     Api, Client, Resource,
-    runtime::{
-        WatchStreamExt, reflector,
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
 };
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
     connect::Health,
     crd::{MutantDeployment, Mutation, OwnerKind, OwnerResource},
-    variant::{KIND_LABEL, ObservedDeployment},
+    variant::{KIND_LABEL, ObservedDeployment, ObservedService},
 };
 
 /// A stream of objects from one watch, boxed so the controllers can take any of them.
@@ -41,6 +37,8 @@ pub enum Cache {
     Deployments(OwnerKind),
     /// The Mutations' Secrets.
     Secrets,
+    /// The variants' Services generated for owners of a kind (R36).
+    Services(OwnerKind),
 }
 
 impl Cache {
@@ -51,6 +49,8 @@ impl Cache {
             Cache::Deployments(OwnerKind::MutantDeployment) => 1 << 2,
             Cache::Deployments(OwnerKind::Mutation) => 1 << 3,
             Cache::Secrets => 1 << 4,
+            Cache::Services(OwnerKind::MutantDeployment) => 1 << 5,
+            Cache::Services(OwnerKind::Mutation) => 1 << 6,
         }
     }
 }
@@ -91,6 +91,10 @@ pub struct Caches {
     pub md_deployments: DeploymentCache,
     /// The Deployments generated for Mutations.
     pub mutation_deployments: DeploymentCache,
+    /// The Services generated for MutantDeployments' variants.
+    pub md_services: ServiceCache,
+    /// The Services generated for Mutations' variants.
+    pub mutation_services: ServiceCache,
     changes: watch::Receiver<CacheState>,
     freshness: Freshness,
 }
@@ -114,26 +118,6 @@ pub enum Serving {
     /// The API server has not answered for this long, more than the bound: the caches may
     /// hold what is gone (a deleted Secret's token), so nothing is authorised from them.
     CutOff(std::time::Duration),
-}
-
-/// The Deployments generated for one owner kind: the store, and which are whose.
-#[derive(Clone)]
-pub struct DeploymentCache {
-    /// Every Deployment carrying the kind's label.
-    pub store: Store<ObservedDeployment>,
-    index: OwnerIndex,
-}
-
-impl DeploymentCache {
-    /// The cached Deployments in `namespace` that carry owner label `owner` (not yet checked
-    /// for the owner's uid: see `variant::may_prune`), without scanning the others.
-    pub fn of_owner(&self, namespace: &str, owner: &str) -> Vec<Arc<ObservedDeployment>> {
-        self.index
-            .names(namespace, owner)
-            .into_iter()
-            .filter_map(|name| self.store.get(&ObjectRef::new(&name).within(namespace)))
-            .collect()
-    }
 }
 
 impl Caches {
@@ -163,6 +147,14 @@ impl Caches {
         match kind {
             OwnerKind::MutantDeployment => &self.md_deployments,
             OwnerKind::Mutation => &self.mutation_deployments,
+        }
+    }
+
+    /// The Services generated for the variants of owners of `kind` (R36).
+    pub fn services(&self, kind: OwnerKind) -> &ServiceCache {
+        match kind {
+            OwnerKind::MutantDeployment => &self.md_services,
+            OwnerKind::Mutation => &self.mutation_services,
         }
     }
 
@@ -205,6 +197,8 @@ pub struct OwnerFeeds<K: OwnerResource> {
     pub owners: Feed<K>,
     /// The generated Deployments: every object touched (changed or deleted).
     pub deployments: Feed<ObservedDeployment>,
+    /// The generated Services: every object touched (changed or deleted).
+    pub services: Feed<ObservedService>,
     /// The Mutations' Secrets (touched); `None` for MutantDeployments.
     pub secrets: Option<Feed<Secret>>,
 }
@@ -229,10 +223,14 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
     let signal = Arc::new(signal);
     let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, &signal);
     let (mutations, mutation_owners) = owners::<Mutation>(client, namespace, &signal);
-    let (md_deployments, md_feed) =
-        deployments(client, namespace, OwnerKind::MutantDeployment, &signal);
+    let md = OwnerKind::MutantDeployment;
+    let (md_deployments, md_feed) = generated(client, namespace, md, Cache::Deployments, &signal);
+    let (md_services, md_service_feed) = generated(client, namespace, md, Cache::Services, &signal);
+    let m = OwnerKind::Mutation;
     let (mutation_deployments, mutation_feed) =
-        deployments(client, namespace, OwnerKind::Mutation, &signal);
+        generated(client, namespace, m, Cache::Deployments, &signal);
+    let (mutation_services, mutation_service_feed) =
+        generated(client, namespace, m, Cache::Services, &signal);
     let (secrets, secret_feed) = secrets(client, namespace, &signal);
     let caches = Caches {
         mutant_deployments,
@@ -240,6 +238,8 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
         secrets,
         md_deployments,
         mutation_deployments,
+        md_services,
+        mutation_services,
         changes,
         freshness,
     };
@@ -248,12 +248,14 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
             cache: caches.mutant_deployments.clone(),
             owners: md_owners,
             deployments: md_feed,
+            services: md_service_feed,
             secrets: None,
         },
         mutations: OwnerFeeds {
             cache: caches.mutations.clone(),
             owners: mutation_owners,
             deployments: mutation_feed,
+            services: mutation_service_feed,
             secrets: Some(secret_feed),
         },
     };
@@ -332,27 +334,6 @@ fn secrets(
     (store, Box::pin(events.touched_objects()))
 }
 
-/// The Deployments generated for owners of `kind`, indexed by owner; the feed yields those
-/// changed or deleted.
-fn deployments(
-    client: &Client,
-    namespace: Option<&str>,
-    kind: OwnerKind,
-    signal: &Arc<watch::Sender<CacheState>>,
-) -> (DeploymentCache, Feed<ObservedDeployment>) {
-    let config = watcher::Config::default().labels(&generated_selector(kind));
-    let index = OwnerIndex::default();
-    let indexing = index.clone();
-    let cache = Cache::Deployments(kind);
-    let (store, events) = reflected(client, namespace, config, cache, signal, move |event| {
-        indexing.apply(event)
-    });
-    (
-        DeploymentCache { store, index },
-        Box::pin(events.touched_objects()),
-    )
-}
-
 /// Tells every waiter of a change to `cache`, once the store has applied it.
 fn signalling<K>(
     signal: &Arc<watch::Sender<CacheState>>,
@@ -407,17 +388,14 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
     let (mutant_deployments, md) = reflector::store();
     let (mutations, m) = reflector::store();
     let (secrets, s) = reflector::store();
-    let empty = || DeploymentCache {
-        store: reflector::store().0,
-        index: OwnerIndex::default(),
-    };
-    let (md_deployments, mutation_deployments) = (empty(), empty());
     let caches = Caches {
         mutant_deployments,
         mutations,
         secrets,
-        md_deployments,
-        mutation_deployments,
+        md_deployments: Generated::empty(),
+        mutation_deployments: Generated::empty(),
+        md_services: Generated::empty(),
+        mutation_services: Generated::empty(),
         changes,
         freshness,
     };
@@ -462,9 +440,11 @@ impl Writers {
     }
 }
 
+mod generated;
 mod index;
 
-use index::OwnerIndex;
+use generated::generated;
+pub use generated::{DeploymentCache, Generated, ServiceCache};
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
-//! Which generated Deployments belong to which owner, so that a reconcile finds its own
-//! without scanning every cached Deployment (which made converging N owners O(N²)).
+//! Which generated Deployments (or Services) belong to which owner, so that a reconcile finds
+//! its own without scanning every cached one (which made converging N owners O(N²)).
 //!
-//! Kept by the Deployment feeds next to the store, from the same watch events: an owner is
+//! Kept by the Deployment and Service feeds next to the store, from the same watch events: an owner is
 //! named by the owner label (a Deployment without it is nobody's to prune, see
 //! `variant::may_prune`); a relist builds a new index and swaps it in when the list is done,
 //! as the store does.
@@ -11,9 +11,9 @@ use std::{
     sync::{Arc, PoisonError, RwLock},
 };
 
-use kube::runtime::watcher;
+use kube::{Resource, runtime::watcher};
 
-use crate::variant::{OWNER_LABEL, ObservedDeployment};
+use crate::variant::OWNER_LABEL;
 
 /// A namespace and a name.
 type Key = (String, String);
@@ -27,12 +27,13 @@ struct Map {
 }
 
 impl Map {
-    fn insert(&mut self, d: &ObservedDeployment) {
-        let (Some(namespace), Some(name)) = (&d.metadata.namespace, &d.metadata.name) else {
+    fn insert<K: Resource>(&mut self, d: &K) {
+        let meta = d.meta();
+        let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
             return;
         };
         self.remove(namespace, name);
-        let owner = d.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
+        let owner = meta.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
         if let Some(owner) = owner {
             self.by_owner
                 .entry((namespace.clone(), owner.clone()))
@@ -67,13 +68,13 @@ struct Inner {
     pending: Option<Map>,
 }
 
-/// The owner index of one Deployment cache; clones share it.
+/// The owner index of one cache of generated objects; clones share it.
 #[derive(Clone, Debug, Default)]
 pub struct OwnerIndex(Arc<RwLock<Inner>>);
 
 impl OwnerIndex {
     /// Applies one watch event, after the store has.
-    pub fn apply(&self, event: &watcher::Event<ObservedDeployment>) {
+    pub fn apply<K: Resource>(&self, event: &watcher::Event<K>) {
         let mut inner = self.0.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Init => inner.pending = Some(Map::default()),
@@ -83,14 +84,15 @@ impl OwnerIndex {
             watcher::Event::InitDone => inner.live = inner.pending.take().unwrap_or_default(),
             watcher::Event::Apply(d) => inner.live.insert(d),
             watcher::Event::Delete(d) => {
-                if let (Some(namespace), Some(name)) = (&d.metadata.namespace, &d.metadata.name) {
+                let meta = d.meta();
+                if let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) {
                     inner.live.remove(namespace, name);
                 }
             }
         }
     }
 
-    /// The names of the Deployments in `namespace` that carry owner label `owner`.
+    /// The names of the objects in `namespace` that carry owner label `owner`.
     pub fn names(&self, namespace: &str, owner: &str) -> Vec<String> {
         let inner = self.0.read().unwrap_or_else(PoisonError::into_inner);
         inner
@@ -107,6 +109,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::variant::ObservedDeployment;
 
     fn dep(namespace: &str, name: &str, owner: Option<&str>) -> ObservedDeployment {
         let labels = owner
@@ -122,13 +125,13 @@ mod tests {
     #[test]
     fn the_index_follows_the_watch() {
         let index = OwnerIndex::default();
-        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::<ObservedDeployment>::Init);
         index.apply(&watcher::Event::InitApply(dep("a", "web-x", Some("web"))));
         assert!(
             index.names("a", "web").is_empty(),
             "a relist counts at its end"
         );
-        index.apply(&watcher::Event::InitDone);
+        index.apply(&watcher::Event::<ObservedDeployment>::InitDone);
         assert_eq!(index.names("a", "web"), ["web-x"]);
 
         index.apply(&watcher::Event::Apply(dep("a", "web-y", Some("web"))));
@@ -148,9 +151,9 @@ mod tests {
         assert_eq!(index.names("a", "api"), ["web-y"]);
 
         // a relist replaces everything
-        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::<ObservedDeployment>::Init);
         index.apply(&watcher::Event::InitApply(dep("c", "z", Some("web"))));
-        index.apply(&watcher::Event::InitDone);
+        index.apply(&watcher::Event::<ObservedDeployment>::InitDone);
         assert!(index.names("a", "api").is_empty() && index.names("b", "web").is_empty());
         assert_eq!(index.names("c", "web"), ["z"]);
     }

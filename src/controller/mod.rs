@@ -2,7 +2,7 @@
 //! kube-runtime's `Controller`.
 //!
 //! Each is driven by the feeds of [`crate::cache`]: its owners and, through label selectors,
-//! only the Deployments (and for Mutations the Secrets) that it generated. Owners are
+//! only the Deployments and Services (and for Mutations the Secrets) that it generated. Owners are
 //! re-queued on spec changes only (generation), so the operator's own status writes do not
 //! loop; a periodic resync is the backstop (R13).
 
@@ -10,6 +10,7 @@ mod announce;
 mod events;
 mod reconcile;
 pub mod secret;
+mod services;
 mod write;
 
 use std::{sync::Arc, time::Duration};
@@ -93,6 +94,7 @@ where
         cache: owners,
         owners: owner_feed,
         deployments,
+        services,
         secrets,
     } = feeds;
     let owner_feed = owner_feed.predicate_filter(predicates::generation, Default::default());
@@ -105,6 +107,7 @@ where
                 .debounce(RECONCILE_DEBOUNCE),
         )
         .owns_stream(deployments)
+        .owns_stream(services)
         .reconcile_all_on(lease::became_leader(leader.clone()));
     let has_secrets = secrets.is_some();
     if let Some(secrets) = secrets {
@@ -169,12 +172,14 @@ async fn timed_reconcile<K: OwnerResource>(
         tracing::debug!(kind = K::KIND.kind(), %object, "not the leader; skipping");
         return Ok(Action::await_change());
     }
-    // Until the first lists of the variant Deployments (and of the Secrets, for Mutations) are
-    // in, a missing one would be created and, on the server's 409, looked up (R9): a new
-    // leader at scale would send thousands of requests for what the lists bring anyway.
+    // Until the first lists of the variant Deployments and Services (and of the Secrets, for
+    // Mutations) are in, a missing one would be created and, on the server's 409, looked up
+    // (R9): a new leader at scale would send thousands of requests for what the lists bring
+    // anyway.
     // Waiting ends when the lists are in, or when a watch is gone (shutdown); in flight, it
     // counts toward the concurrency bound like any reconcile.
     if !ctx.caches.listed(Cache::Deployments(K::KIND)).await
+        || !ctx.caches.listed(Cache::Services(K::KIND)).await
         || (ctx.secrets.is_some() && !ctx.caches.listed(Cache::Secrets).await)
     {
         return Ok(Action::await_change());

@@ -8,6 +8,7 @@
 //!    ([`variant::stale`]) what is no longer declared; one Event for what was created. A
 //!    variant whose write the API server refuses ([`variant::classify`]) is Invalid with the
 //!    server's message, and the others go on (R35), unless the base alone is refused (R10);
+//!    then, when the owner asks for them, each applied variant's Service (`services`, R36);
 //! 5. **report** (pure, [`variant::owner_status`]), then write the status when it changed
 //!    (after a creation, in the reconcile the creation brings), and announce new problems as
 //!    Events.
@@ -28,6 +29,7 @@ use super::{
     Context, REFUSED_RETRY, RESYNC_AFTER,
     events::EventType,
     secret::{self, SecretState},
+    services,
     write::{self, WriteError},
 };
 use crate::{
@@ -63,9 +65,13 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
             match converge(&ctx, &owner, obj.as_ref(), &parsed, planned, &observed).await? {
-                Converged::Applied(variants, new, refused) => {
+                Converged::Applied(mut variants, new, refused) => {
                     created = new;
-                    denied = refused;
+                    // R36: the variants' Services, once their Deployments are applied.
+                    let services_denied =
+                        services::converge(&ctx, &owner, obj.as_ref(), &parsed, &mut variants)
+                            .await?;
+                    denied = refused || services_denied;
                     (variants, None)
                 }
                 Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),

@@ -43,12 +43,13 @@ pub(super) async fn create(
     namespace: &str,
     object: &Value,
 ) -> Result<ObservedDeployment, WriteError> {
-    Ok(post(&ctx.client, namespace, object, false).await?)
+    Ok(post::<ObservedDeployment, _>(&ctx.client, namespace, object, false).await?)
 }
 
-/// POSTs `object` to the namespace's Deployments (strict field validation; `dry_run`: the
-/// server checks it and writes nothing).
-async fn post<T: DeserializeOwned>(
+/// POSTs `object` to the namespace's objects of type `K` (Deployments, Services) under the
+/// operator's field manager, with strict field validation; `dry_run`: the server checks it and
+/// writes nothing.
+pub(super) async fn post<K: Resource<DynamicType = ()>, T: DeserializeOwned>(
     client: &Client,
     namespace: &str,
     object: &Value,
@@ -56,7 +57,7 @@ async fn post<T: DeserializeOwned>(
 ) -> Result<T, kube::Error> {
     let url = format!(
         "{}?fieldManager={FIELD_MANAGER}&fieldValidation=Strict{}",
-        ObservedDeployment::url_path(&(), Some(namespace)),
+        K::url_path(&(), Some(namespace)),
         if dry_run { "&dryRun=All" } else { "" },
     );
     let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
@@ -94,7 +95,7 @@ pub enum DryRun {
 /// dry-run create with strict field validation. Admission runs on a dry run too, so a quota
 /// or an admission policy that would refuse the Deployment refuses it here.
 pub async fn dry_run(client: &Client, namespace: &str, object: &Value) -> DryRun {
-    match post::<IgnoredAny>(client, namespace, object, true).await {
+    match post::<ObservedDeployment, IgnoredAny>(client, namespace, object, true).await {
         Ok(_) => DryRun::Accepted,
         Err(kube::Error::Api(status)) => match variant::classify(&status) {
             Some(refusal) => DryRun::Refused {
@@ -168,7 +169,7 @@ pub(super) async fn apply(
             .resource_version
             .as_deref()
             .unwrap_or_default();
-        hand_over(
+        hand_over::<ObservedDeployment>(
             ctx,
             &current.metadata,
             entry.handover_patch(resource_version),
@@ -185,11 +186,16 @@ pub(super) async fn apply(
     Ok(api.patch(name, &params, &Patch::Apply(object)).await?)
 }
 
-/// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`].
-async fn hand_over(ctx: &Context, meta: &ObjectMeta, patch: Value) -> Result<(), kube::Error> {
+/// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`] to the object
+/// of type `K` (a Deployment, a Service) that `meta` names.
+pub(super) async fn hand_over<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    meta: &ObjectMeta,
+    patch: Value,
+) -> Result<(), kube::Error> {
     let url = format!(
         "{}/{}?fieldManager={FIELD_MANAGER}",
-        ObservedDeployment::url_path(&(), meta.namespace.as_deref()),
+        K::url_path(&(), meta.namespace.as_deref()),
         meta.name.as_deref().unwrap_or_default(),
     );
     let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;

@@ -37,6 +37,7 @@ mod rbac;
 mod refused;
 mod replicas;
 mod secret;
+mod services;
 mod small_devices;
 mod steady;
 mod tls;

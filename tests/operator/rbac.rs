@@ -89,6 +89,10 @@ async fn the_operator_runs_with_its_service_account() {
         &["create", "secrets", "-n", "default"],
         &["list", "secrets", "-A"],
         &["create", "events.events.k8s.io", "-n", "default"],
+        // R36: the variants' Services, label-selected.
+        &["watch", "services", "-A"],
+        &["patch", "services", "-n", "default"],
+        &["delete", "services", "-n", "default"],
         // R30: leader election, on the Lease in its own namespace.
         &["get", "leases.coordination.k8s.io", "-n", "mutants"],
         &["create", "leases.coordination.k8s.io", "-n", "mutants"],
@@ -103,6 +107,8 @@ async fn the_operator_runs_with_its_service_account() {
         &["update", "secrets", "-n", "default"],
         &["delete", "secrets", "-n", "default"],
         &["update", "deployments.apps", "-n", "default"],
+        &["update", "services", "-n", "default"],
+        &["get", "endpoints", "-n", "default"],
         &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
         &["get", "configmaps", "-n", "default"],
         &["update", "leases.coordination.k8s.io", "-n", "default"],
