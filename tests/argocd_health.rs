@@ -24,7 +24,10 @@ use std::{
 };
 
 use mutantops::{
-    crd::{Mutation, MutationSpec, OwnerStatus, Variant, VariantState, VariantStatus},
+    crd::{
+        Mutation, MutationSpec, OwnerStatus, Variant, VariantService, VariantServicePort,
+        VariantState, VariantStatus,
+    },
     variant::{ready_condition, summary},
 };
 use serde_json::{Value, json};
@@ -351,6 +354,37 @@ fn a_conflicting_variant_is_degraded_with_its_message() {
     let m = mutation(
         Some(vec![
             variant("alpha", VariantState::Ready, None),
+            variant("beta", VariantState::Conflict, Some(message)),
+        ]),
+        None,
+    );
+    assert_eq!(health(&m), expect("Degraded", &format!("beta: {message}")));
+}
+
+/// R36: a variant's Service goes through the same states, so the script (unchanged) reports a
+/// Service that someone else owns as Degraded, and a served one as Healthy.
+#[test]
+fn variant_services_keep_the_meaning_of_the_states() {
+    let message = "Service \"web-beta\" already exists and has no controller; it is left alone";
+    let mut alpha = variant("alpha", VariantState::Ready, None);
+    alpha.service = Some(VariantService {
+        name: "web-alpha".into(),
+        type_: "NodePort".into(),
+        dns: "web-alpha.default.svc".into(),
+        cluster_ip: Some("10.43.0.7".into()),
+        ports: vec![VariantServicePort {
+            name: Some("http".into()),
+            port: 80,
+            protocol: "TCP".into(),
+            node_port: Some(30080),
+        }],
+        ingress: vec![],
+    });
+    let served = mutation(Some(vec![alpha.clone()]), None);
+    assert_eq!(health(&served), expect("Healthy", "1/1 variants ready"));
+    let m = mutation(
+        Some(vec![
+            alpha,
             variant("beta", VariantState::Conflict, Some(message)),
         ]),
         None,
