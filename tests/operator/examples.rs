@@ -157,6 +157,12 @@ async fn browser_snap_example() {
         })
         .await;
     assert_eq!(status.secret.as_deref(), Some("browser-snap-secret"));
+    // R36: the example asks for a NodePort Service per variant.
+    for v in &status.variants {
+        let service = v.service.as_ref().unwrap();
+        assert_eq!(service.name, format!("browser-snap-{}", v.label));
+        assert!(service.ports[0].node_port.is_some(), "{service:?}");
+    }
     assert!(
         status
             .variants
