@@ -28,6 +28,7 @@ mod examples;
 mod invalid;
 mod kubectl;
 mod leader;
+mod lease_requests;
 mod lifecycle;
 mod metrics;
 mod poison;
