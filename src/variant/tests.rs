@@ -8,6 +8,7 @@ use super::*;
 use crate::crd::{OwnerKind, fixtures::variant};
 
 mod access;
+mod baseline;
 mod build;
 mod refusal;
 mod report;
