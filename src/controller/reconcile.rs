@@ -90,6 +90,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         secret,
         base_error: base_error.as_deref(),
         unservable: unservable.as_deref(),
+        not_allowed: None,
         problems,
         variants,
         now: &now,
