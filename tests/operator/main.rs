@@ -19,6 +19,7 @@ mod api_device;
 mod api_input;
 mod api_load;
 mod api_walkthrough;
+mod baseline;
 mod conflicts;
 mod connect;
 mod examples;
