@@ -22,6 +22,7 @@ mod api_walkthrough;
 mod baseline;
 mod conflicts;
 mod connect;
+mod editors;
 mod examples;
 mod invalid;
 mod kubectl;
