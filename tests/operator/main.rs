@@ -35,6 +35,7 @@ mod prometheus_operator;
 mod rbac;
 mod refused;
 mod replicas;
+mod scoped;
 mod secret;
 mod steady;
 mod tls;
