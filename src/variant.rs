@@ -12,6 +12,9 @@
 //! - **own**: [`may_prune`], [`foreign`] and [`Planned::check_existing`] decide which
 //!   Deployments are ours to delete or overwrite (R6, R9);
 //! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
+//! - **pod security**: [`baseline_findings`] lists how a pod template breaks Pod Security
+//!   "baseline", and a [`Review`] of an owner's Deployments says whether the operator may make
+//!   them in their namespace, and why not (R33);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **refusals**: [`classify`] tells the API server's refusal of a Deployment (the object's
 //!   fault, or a policy's) from a failure worth retrying (R10, R35);
@@ -25,15 +28,18 @@
 //! struct, so fields newer than the Kubernetes version compiled against are passed through.
 //!
 //! The owner, the labels and the ownership checks are here; validation is in `validate`,
-//! building and the apply decision in `build`, status in `status`, all re-exported below.
+//! building and the apply decision in `build`, status in `status`, the baseline controls in
+//! `baseline` and the decision on them in `pod_security`, all re-exported below.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::crd::OwnerKind;
 
 pub mod access;
+mod baseline;
 mod build;
 mod observed;
+mod pod_security;
 mod refusal;
 mod report;
 mod status;
@@ -42,8 +48,15 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use baseline::{
+    ALLOWED_CAPABILITIES, Finding, SAFE_SYSCTLS, SELINUX_TYPES, ServiceAccountRef,
+    baseline_findings, own_account_finding,
+};
 pub use build::{Foreign, Planned, Step, build, foreign, needs_apply, plan, resolve};
 pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
+pub use pod_security::{
+    BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
+};
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};

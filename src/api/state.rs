@@ -11,7 +11,7 @@ use kube::{Api, Client, runtime::reflector::ObjectRef};
 use super::auth::{Auth, Caller, UNAUTHORIZED};
 use crate::{
     cache::{CacheState, Caches},
-    controller::{DryRun, dry_run},
+    controller::{DryRun, dry_run, pod_security},
     crd::{Mutation, OwnerKind, Variant},
     http::{self, Body, ServerConfig},
     variant::{Base, ObservedDeployment, Owner, deployment_name, foreign},
@@ -47,6 +47,8 @@ pub struct ApiState {
     pub misses: super::fresh::MissChecks,
     /// The budget of validated reads (`Cache-Control: no-cache`, [`super::fresh`]).
     pub validations: super::fresh::Validations,
+    /// The operator's own ServiceAccount, when known: no base may run as it (R33).
+    pub own_account: Option<crate::variant::ServiceAccountRef>,
 }
 
 impl ApiState {
@@ -208,13 +210,28 @@ impl From<kube::Error> for ApiError {
 /// Deployment generated for another owner), or from the dry run (the name is taken: then its
 /// metadata is read). When the server cannot say, the write goes ahead and the controller
 /// reports what happens.
+///
+/// First, what the operator does not make (R33): a base whose pod template breaks Pod
+/// Security "baseline", unless the namespace is labelled privileged (read from the API server
+/// only then), or runs as the operator's own ServiceAccount, is 400 naming the fields.
 pub async fn check_with_server(
     state: &ApiState,
     owner: &Owner,
     base: &Base,
     variants: &[Variant],
 ) -> Result<(), ApiError> {
-    for variant in variants {
+    let built: Vec<_> = variants
+        .iter()
+        .map(|v| crate::variant::build(base, owner, v))
+        .collect();
+    let deployments = std::iter::once(base.value()).chain(&built);
+    let own = state.own_account.as_ref();
+    if let Some(problem) =
+        pod_security::refusal(&state.client, own, &owner.namespace, deployments).await?
+    {
+        return Err(ApiError::bad_request(problem));
+    }
+    for (variant, object) in variants.iter().zip(&built) {
         let name = deployment_name(base.name(), &variant.label);
         let taken = |meta: &ObjectMeta| {
             foreign(meta, owner).filter(|f| !f.passing).map(|f| {
@@ -233,8 +250,7 @@ pub async fn check_with_server(
                 return Err(conflict);
             }
         }
-        let object = crate::variant::build(base, owner, variant);
-        match dry_run(&state.client, &owner.namespace, &object).await {
+        match dry_run(&state.client, &owner.namespace, object).await {
             DryRun::Refused { code, message, .. } => {
                 let message = format!(
                     "variant {:?}: rejected by the Kubernetes API: {message}",

@@ -2,6 +2,9 @@
 //!
 //! 1. **secret** (Mutations): make sure the token's Secret exists and is this Mutation's;
 //! 2. **plan** (pure, [`variant::plan`]): the Deployment each declared variant should be;
+//!    then **pod security** ([`pod_security::refusal`]): when their pod template breaks Pod
+//!    Security "baseline" in a namespace not labelled privileged, or runs as the operator's
+//!    own ServiceAccount, every variant is Invalid and nothing is applied for it (R33);
 //! 3. **observe**: this owner's Deployments, from the cache;
 //! 4. **resolve** (pure, [`variant::resolve`]) and **write**: create what the cache does not
 //!    know (looked up only when the server says the name is taken), apply what differs, prune
@@ -27,6 +30,7 @@ use serde_json::json;
 use super::{
     Context, REFUSED_RETRY, RESYNC_AFTER,
     events::EventType,
+    pod_security,
     secret::{self, SecretState},
     write::{self, WriteError},
 };
@@ -59,13 +63,24 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let observed = observe(&ctx, &owner);
     let mut created = Vec::new();
     let mut denied = false;
+    let mut not_allowed = None;
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
+            let planned = match refused(&ctx, &owner, &planned).await? {
+                None => planned,
+                Some(problem) => {
+                    // A namespace labelled privileged later is no event of this owner's.
+                    denied = true;
+                    let held = variant::hold_back(planned, &problem);
+                    not_allowed = Some(problem);
+                    held
+                }
+            };
             match converge(&ctx, &owner, obj.as_ref(), &parsed, planned, &observed).await? {
                 Converged::Applied(variants, new, refused) => {
                     created = new;
-                    denied = refused;
+                    denied |= refused;
                     (variants, None)
                 }
                 Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),
@@ -90,6 +105,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         secret,
         base_error: base_error.as_deref(),
         unservable: unservable.as_deref(),
+        not_allowed: not_allowed.as_deref(),
         problems,
         variants,
         now: &now,
@@ -103,7 +119,8 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         write_status::<K>(&ctx, &owner, &status).await?;
     }
     // A variant a quota or an admission policy refused is tried again sooner than the resync:
-    // freeing the quota or changing the policy is no event of this owner's (R35).
+    // freeing the quota or changing the policy is no event of this owner's (R35), and neither
+    // is labelling the namespace privileged (R33).
     Ok(Action::requeue(if denied {
         REFUSED_RETRY
     } else {
@@ -128,6 +145,17 @@ async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, 
             )],
         ),
     })
+}
+
+/// Step 2, pod security (R33): why the operator does not make the Deployments of `planned`
+/// in the owner's namespace, if it does not.
+async fn refused(ctx: &Context, owner: &Owner, planned: &[Planned]) -> Result<Option<String>> {
+    let objects = planned.iter().filter_map(|p| match p {
+        Planned::Apply { object, .. } => Some(object),
+        _ => None,
+    });
+    let own = ctx.own_account.as_ref();
+    Ok(pod_security::refusal(&ctx.client, own, &owner.namespace, objects).await?)
 }
 
 /// Step 3: the cached Deployments this owner controls, through the owner index.

@@ -8,7 +8,9 @@ use super::*;
 use crate::crd::{OwnerKind, fixtures::variant};
 
 mod access;
+mod baseline;
 mod build;
+mod pod_security;
 mod refusal;
 mod report;
 mod status;
