@@ -241,28 +241,28 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     .await;
     f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
         .await;
-    let after = samples(
-        &common::http::request(port, "GET", "/metrics", None, None)
-            .await
-            .body,
-    );
-    assert!(
-        value(
-            &after,
-            "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}"
-        ) > before
-    );
-    assert_eq!(
-        value(&after, "mutant_operator_variants{kind=\"Mutation\"}"),
-        1.0
-    );
-    assert_eq!(
-        value(
-            &after,
-            "mutant_operator_mutation_variants{state=\"Conflict\"}"
-        ),
-        0.0
-    );
+    // The gauges come from the watch caches, which follow the status just read from the API
+    // server within moments: wait for what they must converge to, never read them once (on
+    // k3s's kine/SQLite the Conflict gauge was still 1.0 at the first read; issue 27).
+    let ok = "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}";
+    let variants = "mutant_operator_variants{kind=\"Mutation\"}";
+    let conflict = "mutant_operator_mutation_variants{state=\"Conflict\"}";
+    wait_for("the metrics to follow the status", CONVERGE, || async {
+        let after = samples(
+            &common::http::request(port, "GET", "/metrics", None, None)
+                .await
+                .body,
+        );
+        let seen = (
+            value(&after, ok),
+            value(&after, variants),
+            value(&after, conflict),
+        );
+        (seen.0 > before && seen.1 == 1.0 && seen.2 == 0.0)
+            .then_some(())
+            .ok_or(format!("reconciled ok, variants, conflicts: {seen:?}"))
+    })
+    .await;
 
     // R26: probes on the same listener; the API's port does not serve them.
     assert_eq!(
