@@ -108,13 +108,16 @@ pub struct Owner {
 impl Owner {
     /// Takes name, namespace and uid from an object read from the API server. Fails, naming
     /// what is missing, for an object that was never stored (no uid) or is not namespaced.
-    pub fn from_resource<K: kube::Resource>(kind: OwnerKind, obj: &K) -> Result<Owner, String> {
+    pub fn from_resource<K: kube::Resource>(kind: OwnerKind, obj: &K) -> crate::Result<Owner> {
         let meta = obj.meta();
-        let name = meta
-            .name
-            .clone()
-            .ok_or_else(|| format!("{} has no metadata.name", kind.kind()))?;
-        let missing = |field: &str| format!("{} {name:?} has no metadata.{field}", kind.kind());
+        let name = meta.name.clone().ok_or(crate::Error::MissingField {
+            object: kind.kind().to_string(),
+            field: "name",
+        })?;
+        let missing = |field| crate::Error::MissingField {
+            object: format!("{} {name:?}", kind.kind()),
+            field,
+        };
         let namespace = meta.namespace.clone().ok_or_else(|| missing("namespace"))?;
         let uid = meta.uid.clone().ok_or_else(|| missing("uid"))?;
         Ok(Owner {

@@ -35,7 +35,7 @@ use super::{
     write::{self, WriteError},
 };
 use crate::{
-    Error, Result,
+    Result,
     crd::{OwnerKind, OwnerResource, OwnerStatus, Variant, VariantStatus},
     variant::{
         self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Refusal, Step,
@@ -48,8 +48,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         // Garbage collection removes the Deployments and the Secret through ownerReferences.
         return Ok(Action::await_change());
     }
-    let owner = Owner::from_resource(K::KIND, obj.as_ref())
-        .map_err(|message| Error::MissingField(message, "name, namespace or uid"))?;
+    let owner = Owner::from_resource(K::KIND, obj.as_ref())?;
     let previous = obj.owner_status().cloned().unwrap_or_default();
 
     // A name too long to be a label value cannot be served: no Secret, no Deployment can carry
@@ -213,7 +212,7 @@ async fn converge<K: OwnerResource>(
         if let (Step::Create, Planned::Apply { object, .. }) = (step, &planned) {
             written = write::create(ctx, &owner.namespace, object).await.map(Some);
             if let Err(WriteError::Refused(status)) = &written
-                && status.reason == "AlreadyExists"
+                && crate::status_is(status, 409, Some("AlreadyExists"))
             {
                 // The name is taken: someone else's Deployment (R9), or this owner's that the
                 // cache has not seen yet.

@@ -194,11 +194,20 @@ fn owner_from_resource_needs_namespace_and_uid() {
             device_access: None,
         },
     );
-    assert!(Owner::from_resource(OwnerKind::Mutation, &m).is_err_and(|e| e.contains("namespace")));
+    let said = |m: &crate::crd::Mutation| {
+        Owner::from_resource(OwnerKind::Mutation, m).map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        said(&m),
+        Err(r#"Mutation "snap" has no metadata.namespace"#.to_string())
+    );
     m.metadata.namespace = Some("team".into());
-    assert!(Owner::from_resource(OwnerKind::Mutation, &m).is_err_and(|e| e.contains("uid")));
+    assert_eq!(
+        said(&m),
+        Err(r#"Mutation "snap" has no metadata.uid"#.to_string())
+    );
     m.metadata.uid = Some("uid-1".into());
-    assert_eq!(Owner::from_resource(OwnerKind::Mutation, &m), Ok(owner()));
+    assert_eq!(said(&m), Ok(owner()));
 }
 
 // R6, R9
