@@ -194,21 +194,16 @@ mod tests {
         assert!(!Error::kube_config("x").is_expected());
     }
 
-    // Issue 27, item 3: an owner without a uid says so once, naming it; errors keep their
-    // sources, and the chain names each once.
+    // Issue 27, item 3: an owner without a uid says so once, naming it (variant's tests read
+    // it off an object); errors keep their sources, and the chain names each once.
     #[test]
     fn errors_name_what_is_missing_and_keep_their_sources() {
-        let owner: crate::crd::Mutation = serde_json::from_value(serde_json::json!({
-            "apiVersion": "neiam.org/v1", "kind": "Mutation",
-            "metadata": {"name": "x", "namespace": "ns"},
-            "spec": {"deployment": {}, "variants": []}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        let err = crate::variant::Owner::from_resource(crate::crd::OwnerKind::Mutation, &owner)
-            .err()
-            .unwrap_or_else(|| panic!("no uid must be an error"));
-        assert_eq!(err.to_string(), r#"Mutation "x" has no metadata.uid"#);
-        assert_eq!(err.metric_label(), "invalid");
+        let missing = Error::MissingField {
+            object: r#"Mutation "x""#.to_string(),
+            field: "uid",
+        };
+        assert_eq!(missing.to_string(), r#"Mutation "x" has no metadata.uid"#);
+        assert_eq!(missing.metric_label(), "invalid");
 
         let io = std::io::Error::other("no such file");
         let err = Error::kube_config_from("kubeconfig /k", io);

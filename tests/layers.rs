@@ -25,7 +25,15 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// What lib.rs defines itself (the error layer): `crate::Error`, `crate::Result`, ...
-const LIB_ITEMS: &[&str] = &["Error", "Result", "error_chain", "expected_api_error"];
+const LIB_ITEMS: &[&str] = &[
+    "Error",
+    "Result",
+    "error_chain",
+    "expected_api_error",
+    "api_status_is",
+    "status_is",
+    "already_exists",
+];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
