@@ -29,9 +29,6 @@ pub use owner::{OwnerKind, OwnerResource};
 
 use crate::{Error, Result};
 
-/// API group of both resources.
-pub const GROUP: &str = "neiam.org";
-
 /// A variant of the base Deployment: its own label, extra environment and replica count.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -1,23 +1,25 @@
 //! mutantops: a Kubernetes operator that runs one base Deployment as several variants.
 //!
 //! The binary in `main.rs` only parses its arguments and hands over to [`cli::run`]; everything
-//! else lives in the modules below so that unit and integration tests can reach it.
+//! else lives in the modules below. Public are only what the binary and the integration tests
+//! use (`cli`, `crd`, `variant`, `connect`, `metrics`, and of `api` the route table and the
+//! 401 body), so the compiler reports whatever nothing uses.
 #![forbid(unsafe_code)]
 
-pub mod admin;
+mod admin;
 pub mod api;
-pub mod cache;
+mod cache;
 pub mod cli;
-pub mod config;
+mod config;
 pub mod connect;
-pub mod controller;
+mod controller;
 pub mod crd;
-pub mod http;
-pub mod lease;
-pub mod logging;
+mod http;
+mod lease;
+mod logging;
 pub mod metrics;
-pub mod operator;
-pub mod shutdown;
+mod operator;
+mod shutdown;
 pub mod variant;
 
 /// Everything that can go wrong in mutantops, with a bounded label for metrics.

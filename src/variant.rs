@@ -141,15 +141,6 @@ impl Owner {
         }
     }
 
-    /// Label selector (`owner=<name>,kind=<kind>`) matching this owner's generated
-    /// Deployments: the candidates for pruning, which [`may_prune`] then checks one by one.
-    pub fn selector(&self) -> String {
-        format!(
-            "{OWNER_LABEL}={},{KIND_LABEL}={}",
-            self.name,
-            self.kind.label_value()
-        )
-    }
 
     /// The three mutantops labels of one variant's Deployment, selector and pods.
     fn labels<'a>(&'a self, label: &'a str) -> [(&'static str, &'a str); 3] {

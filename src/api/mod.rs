@@ -12,7 +12,7 @@ pub mod auth;
 mod body;
 mod budget;
 mod fresh;
-pub mod json;
+mod json;
 mod mutations;
 pub mod routes;
 mod state;
@@ -31,7 +31,8 @@ use auth::Caller;
 use body::read_json;
 pub use routes::ROUTES;
 use routes::{Access, Action, Params, Resolved};
-pub use state::{ApiError, ApiResult, ApiState, EditGuard, EditLocks, MAX_ATTEMPTS};
+pub use state::ApiState;
+use state::{ApiError, ApiResult};
 
 /// Serves one request.
 pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Body> {

@@ -177,10 +177,6 @@ fn owner_kind_and_reference() {
         (r.controller, r.block_owner_deletion),
         (Some(true), Some(true))
     );
-    assert_eq!(
-        owner().selector(),
-        "mutantops.neiam.org/owner=snap,mutantops.neiam.org/kind=mutation"
-    );
 }
 
 // R4
