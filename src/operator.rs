@@ -150,23 +150,22 @@ pub async fn run(config: Config) -> Result<()> {
     });
     let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
     let controllers = tokio::spawn(controllers);
-    let state = Arc::new(ApiState {
+    let served = config
+        .api_namespaces
+        .clone()
+        .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns]));
+    let server = ServerConfig {
+        max_connections: config.api_max_connections,
+        ..ServerConfig::default()
+    };
+    let state = Arc::new(ApiState::new(
         client,
         caches,
         auth,
-        server: ServerConfig {
-            max_connections: config.api_max_connections,
-            ..ServerConfig::default()
-        },
-        edits: Default::default(),
-        namespaces: config
-            .api_namespaces
-            .clone()
-            .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns])),
-        misses: Default::default(),
-        validations: Default::default(),
+        server,
+        served,
         own_account,
-    });
+    ));
     let api = tokio::spawn(api::serve(state, api_listener, api_tls, stop));
 
     shutdown::signal().await?;

@@ -52,6 +52,30 @@ pub struct ApiState {
 }
 
 impl ApiState {
+    /// What the handlers share: the client and caches, how callers are authenticated, the
+    /// listener's limits, the namespaces served (`None`: all) and the operator's own
+    /// ServiceAccount; edit locks and budgets start empty.
+    pub fn new(
+        client: Client,
+        caches: Caches,
+        auth: Auth,
+        server: ServerConfig,
+        namespaces: Option<Vec<String>>,
+        own_account: Option<crate::variant::ServiceAccountRef>,
+    ) -> Self {
+        ApiState {
+            client,
+            caches,
+            auth,
+            server,
+            edits: EditLocks::default(),
+            namespaces,
+            misses: super::fresh::MissChecks::default(),
+            validations: super::fresh::Validations::default(),
+            own_account,
+        }
+    }
+
     /// Whether the API serves namespace `ns`.
     pub fn serves(&self, ns: &str) -> bool {
         self.namespaces
