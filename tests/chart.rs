@@ -12,10 +12,14 @@
 )]
 
 mod common;
+#[path = "common/files.rs"]
+mod files;
+
+use files::{read, repo};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
     time::Duration,
 };
@@ -37,15 +41,6 @@ const HELM_LABELS: [&str; 4] = [
     "app.kubernetes.io/instance",
     "app.kubernetes.io/version",
 ];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read(path: &str) -> String {
-    let path = repo().join(path);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// The documents of a YAML stream, without empty ones.
 fn parse(text: &str) -> Vec<Value> {
