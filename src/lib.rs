@@ -20,6 +20,7 @@ mod logging;
 pub mod metrics;
 mod operator;
 mod shutdown;
+mod submit;
 pub mod variant;
 
 /// Everything that can go wrong in mutantops, with a bounded label for metrics.

@@ -26,7 +26,6 @@ pub const USER_AGENT: &str = concat!("mutantops/", env!("CARGO_PKG_VERSION"));
 /// How long shutdown waits for the controllers' in-flight reconciles.
 const CONTROLLERS_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-
 /// The API server's version, waiting for the server to be reachable: during a control-plane
 /// outage the operator waits (1 s, doubling to 16 s between tries) instead of exiting into the
 /// kubelet's crash-loop back-off. An answered error (401, 403) fails at once: waiting does not

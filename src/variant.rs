@@ -61,9 +61,9 @@ pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
-    Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, check_variant_count, deployment_name, unservable_name,
-    validate_env_name, validate_label, validate_mutation_name, validate_name, validate_variant,
-    validate_variants,
+    Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, TOKEN_KEY, check_variant_count, deployment_name,
+    secret_name, unservable_name, validate_env_name, validate_label, validate_mutation_name,
+    validate_name, validate_variant, validate_variants,
 };
 
 /// Label on every generated Deployment, its selector and its pods: the owner's name.
@@ -140,7 +140,6 @@ impl Owner {
             block_owner_deletion: Some(true),
         }
     }
-
 
     /// The three mutantops labels of one variant's Deployment, selector and pods.
     fn labels<'a>(&'a self, label: &'a str) -> [(&'static str, &'a str); 3] {

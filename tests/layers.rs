@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["http"],
     &["metrics"],
     &["lease"],
+    &["submit"],
     &["controller"],
     &["admin", "api"],
     &["operator"],

@@ -34,8 +34,8 @@ use super::{
 };
 use crate::{
     cache::{CacheState, Caches},
-    controller::secret::secret_name,
     crd::Mutation,
+    variant::secret_name,
 };
 
 /// Checks of misses with the API server a replica makes per second, and at once, in all.

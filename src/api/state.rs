@@ -11,9 +11,9 @@ use kube::{Api, Client, runtime::reflector::ObjectRef};
 use super::auth::{Auth, Caller, UNAUTHORIZED};
 use crate::{
     cache::{CacheState, Caches},
-    controller::{DryRun, dry_run, pod_security},
     crd::{Mutation, OwnerKind, Variant},
     http::{self, Body, ServerConfig},
+    submit::{DryRun, dry_run, pod_security},
     variant::{Base, ObservedDeployment, Owner, deployment_name, foreign},
 };
 

@@ -8,7 +8,6 @@
 
 mod announce;
 mod events;
-pub mod pod_security;
 mod reconcile;
 pub mod secret;
 mod write;
@@ -46,7 +45,6 @@ const RECONCILE_CONCURRENCY: u16 = 8;
 const RECONCILE_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub use reconcile::reconcile;
-pub use write::{DryRun, dry_run};
 
 /// How long a failed reconcile waits before it is retried.
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);

@@ -2,7 +2,7 @@
 //!
 //! 1. **secret** (Mutations): make sure the token's Secret exists and is this Mutation's;
 //! 2. **plan** (pure, [`variant::plan`]): the Deployment each declared variant should be;
-//!    then **pod security** ([`pod_security::refusal`]): when their pod template breaks Pod
+//!    then **pod security** ([`submit::pod_security::refusal`]): when their pod template breaks Pod
 //!    Security "baseline" in a namespace not labelled privileged, or runs as the operator's
 //!    own ServiceAccount, every variant is Invalid and nothing is applied for it (R33);
 //! 3. **observe**: this owner's Deployments, from the cache;
@@ -30,13 +30,13 @@ use serde_json::json;
 use super::{
     Context, REFUSED_RETRY, RESYNC_AFTER,
     events::EventType,
-    pod_security,
     secret::{self, SecretState},
     write::{self, WriteError},
 };
 use crate::{
     Result,
     crd::{OwnerKind, OwnerResource, OwnerStatus, Variant, VariantStatus},
+    submit,
     variant::{
         self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Refusal, Step,
     },
@@ -133,7 +133,7 @@ async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, 
     if owner.kind != OwnerKind::Mutation {
         return Ok((None, Vec::new()));
     }
-    let name = secret::secret_name(&owner.name);
+    let name = variant::secret_name(&owner.name);
     Ok(match secret::ensure(ctx, owner).await? {
         SecretState::Owned { .. } => (Some(name), Vec::new()),
         SecretState::Foreign => (
@@ -154,7 +154,7 @@ async fn refused(ctx: &Context, owner: &Owner, planned: &[Planned]) -> Result<Op
         _ => None,
     });
     let own = ctx.own_account.as_ref();
-    Ok(pod_security::refusal(&ctx.client, own, &owner.namespace, objects).await?)
+    Ok(submit::pod_security::refusal(&ctx.client, own, &owner.namespace, objects).await?)
 }
 
 /// Step 3: the cached Deployments this owner controls, through the owner index.
@@ -257,7 +257,8 @@ async fn converge<K: OwnerResource>(
                         instances: 0,
                     };
                     let bare = variant::build(base, owner, &alone);
-                    if let Some(reason) = write::refusal(&ctx.client, &owner.namespace, &bare).await
+                    if let Some(reason) =
+                        submit::refusal(&ctx.client, &owner.namespace, &bare).await
                     {
                         return Ok(Converged::BaseRejected(reason));
                     }

@@ -14,16 +14,8 @@ use kube::{
 use super::Context;
 use crate::{
     Error, Result,
-    variant::{KIND_LABEL, OWNER_LABEL, Owner, is_controlled_by},
+    variant::{KIND_LABEL, OWNER_LABEL, Owner, TOKEN_KEY, is_controlled_by, secret_name},
 };
-
-/// Key of the token in the Secret.
-pub const TOKEN_KEY: &str = "token";
-
-/// Name of a Mutation's Secret.
-pub fn secret_name(mutation: &str) -> String {
-    format!("{mutation}-secret")
-}
 
 /// 64 lower-case hex characters from 32 bytes of the OS random source.
 pub fn new_token() -> Result<String> {
