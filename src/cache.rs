@@ -392,10 +392,10 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
         mutant_deployments,
         mutations,
         secrets,
-        md_deployments: Generated::empty(),
-        mutation_deployments: Generated::empty(),
-        md_services: Generated::empty(),
-        mutation_services: Generated::empty(),
+        md_deployments: DeploymentCache::empty(),
+        mutation_deployments: DeploymentCache::empty(),
+        md_services: ServiceCache::empty(),
+        mutation_services: ServiceCache::empty(),
         changes,
         freshness,
     };
@@ -444,7 +444,7 @@ mod generated;
 mod index;
 
 use generated::generated;
-pub use generated::{DeploymentCache, Generated, ServiceCache};
+pub use generated::{DeploymentCache, ServiceCache};
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ use super::{Context, events::EventType, write};
 use crate::{
     Result,
     crd::{OwnerResource, VariantService, VariantState, VariantStatus},
+    submit,
     variant::{self, Base, FIELD_MANAGER, ObservedService, Owner, Refusal, Step},
 };
 
@@ -113,16 +114,16 @@ async fn serve(
 
 /// POSTs a new Service. `None`: the name is taken.
 async fn create(ctx: &Context, owner: &Owner, desired: &Value) -> Result<Option<Outcome>> {
-    match write::post::<ObservedService, ObservedService>(
+    let created = submit::post_to::<ObservedService, ObservedService>(
         &ctx.client,
         &owner.namespace,
         desired,
         false,
     )
-    .await
-    {
+    .await;
+    match created {
         Ok(service) => Ok(Some(Outcome::Served(variant::service_status(&service)))),
-        Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => Ok(None),
+        Err(err) if crate::already_exists(&err) => Ok(None),
         Err(err) => refused(err).map(Some),
     }
 }

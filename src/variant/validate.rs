@@ -116,6 +116,14 @@ pub fn deployment_name(base: &str, label: &str) -> String {
     format!("{base}-{label}")
 }
 
+/// The name of a Mutation's Secret: `<name>-secret` (R13).
+pub fn secret_name(mutation: &str) -> String {
+    format!("{mutation}-secret")
+}
+
+/// The key of the token in a Mutation's Secret.
+pub const TOKEN_KEY: &str = "token";
+
 /// Checks a list of variants as the controller will (R8), that no label is given twice and
 /// that there are at most [`MAX_VARIANTS`]: what the HTTP API accepts. The first problem found
 /// is reported, with its variant.
