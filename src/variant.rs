@@ -38,6 +38,7 @@ use crate::crd::OwnerKind;
 pub mod access;
 mod baseline;
 mod build;
+pub mod converge;
 mod observed;
 mod pod_security;
 mod refusal;
@@ -58,7 +59,7 @@ pub use pod_security::{
     BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
 };
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
-pub use report::{Findings, held_statuses, owner_status, stale};
+pub use report::{Findings, Stale, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
     Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, TOKEN_KEY, check_variant_count, deployment_name,

@@ -10,6 +10,7 @@ mod announce;
 mod events;
 mod reconcile;
 pub mod secret;
+mod tell;
 mod write;
 
 use std::{sync::Arc, time::Duration};

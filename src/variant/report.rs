@@ -11,20 +11,32 @@ use super::{
 };
 use crate::crd::{OwnerStatus, Variant, VariantState, VariantStatus};
 
+/// A Deployment to prune: its name, and its uid for a delete with a uid precondition (so one
+/// re-created meanwhile under that name is not deleted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stale {
+    /// The Deployment's name.
+    pub name: String,
+    /// Its uid, as cached.
+    pub uid: Option<String>,
+}
+
 /// What prune deletes (R6): of the Deployments this owner controls (`owned`, each checked with
-/// [`may_prune`] again), those whose name no declared variant has, as (name, uid) for a
-/// delete with a uid precondition.
+/// [`may_prune`] again), those whose name no declared variant has.
 pub fn stale<'a>(
     owned: impl IntoIterator<Item = &'a ObservedDeployment>,
     owner: &Owner,
     declared: &BTreeSet<String>,
-) -> Vec<(String, Option<String>)> {
+) -> Vec<Stale> {
     owned
         .into_iter()
         .filter(|d| may_prune(&d.metadata, owner))
         .filter_map(|d| {
             let name = d.metadata.name.clone()?;
-            (!declared.contains(&name)).then(|| (name, d.metadata.uid.clone()))
+            (!declared.contains(&name)).then(|| Stale {
+                name,
+                uid: d.metadata.uid.clone(),
+            })
         })
         .collect()
 }

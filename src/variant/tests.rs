@@ -10,6 +10,7 @@ use crate::crd::{OwnerKind, fixtures::variant};
 mod access;
 mod baseline;
 mod build;
+mod converge;
 mod pod_security;
 mod refusal;
 mod report;
