@@ -53,6 +53,7 @@ impl From<DeviceAccessRequest> for DeviceAccess {
             max_variants: r.max_variants,
             max_env: r.max_env,
             max_value_length: r.max_value_length,
+            ..DeviceAccess::default()
         }
     }
 }
@@ -81,6 +82,7 @@ impl From<VariantRequest> for Variant {
             label: r.label,
             env: r.env,
             instances: r.instances,
+            ..Variant::default()
         }
     }
 }
@@ -184,6 +186,7 @@ mod tests {
                 label: "beta".into(),
                 env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),
                 instances: 2,
+                ..Variant::default()
             }],
         )
     }

@@ -219,15 +219,15 @@ async fn converge<K: OwnerResource>(
                 let (refusal, message) =
                     write::rejection(ctx, &owner.namespace, object, status).await?;
                 // A malformed Deployment: whose fault? The same variant without its own env,
-                // at 0 instances, is the base alone. When the server refuses that too, the
-                // base is at fault (R10): nothing is applied or pruned. A policy's refusal (a
-                // quota, an admission policy) is this variant's alone (R35): the others are
-                // applied and pruned, and the status says why this one is not.
+                // placement and containers, at 0 instances, is the base alone. When the server
+                // refuses that too, the base is at fault (R10): nothing is applied or pruned. A
+                // policy's refusal (a quota, an admission policy) is this variant's alone (R35):
+                // the others are applied and pruned, and the status says why this one is not.
                 if refusal == Refusal::Malformed {
                     let alone = Variant {
                         label: label.clone(),
-                        env: Default::default(),
                         instances: 0,
+                        ..Variant::default()
                     };
                     let bare = variant::build(base, owner, &alone);
                     if let Some(reason) = write::refusal(&ctx.client, &owner.namespace, &bare).await
