@@ -12,6 +12,8 @@
 //! - **own**: [`may_prune`], [`foreign`] and [`Planned::check_existing`] decide which
 //!   Deployments are ours to delete or overwrite (R6, R9);
 //! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
+//! - **placement**: [`placement`] merges a variant's nodeSelector, tolerations, images and
+//!   resources over the base, checks them, and bounds what a token may set of them (R37);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **refusals**: [`classify`] tells the API server's refusal of a Deployment (the object's
 //!   fault, or a policy's) from a failure worth retrying (R10, R35);
@@ -34,6 +36,7 @@ use crate::crd::OwnerKind;
 pub mod access;
 mod build;
 mod observed;
+pub mod placement;
 mod refusal;
 mod report;
 mod status;

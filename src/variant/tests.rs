@@ -9,6 +9,8 @@ use crate::crd::{OwnerKind, fixtures::variant};
 
 mod access;
 mod build;
+mod placement;
+mod placement_checks;
 mod refusal;
 mod report;
 mod status;
