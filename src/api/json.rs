@@ -6,7 +6,13 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
-use crate::crd::{DeviceAccess, EmbeddedJson, Mutation, Variant, VariantStatus};
+use crate::crd::{
+    ContainerOverride, DeviceAccess, EmbeddedJson, Mutation, Toleration, Variant, VariantStatus,
+};
+
+mod placement;
+
+pub use placement::{ContainerRequest, ResourcesRequest, TolerationRequest};
 
 /// `POST .../mutations`.
 #[derive(Deserialize, Debug)]
@@ -43,6 +49,12 @@ pub struct DeviceAccessRequest {
     /// [`DeviceAccess::max_value_length`].
     #[serde(default)]
     pub max_value_length: Option<i32>,
+    /// [`DeviceAccess::node_selector`].
+    #[serde(default)]
+    pub node_selector: Vec<String>,
+    /// [`DeviceAccess::tolerations`].
+    #[serde(default)]
+    pub tolerations: Vec<String>,
 }
 
 impl From<DeviceAccessRequest> for DeviceAccess {
@@ -53,7 +65,8 @@ impl From<DeviceAccessRequest> for DeviceAccess {
             max_variants: r.max_variants,
             max_env: r.max_env,
             max_value_length: r.max_value_length,
-            ..DeviceAccess::default()
+            node_selector: r.node_selector,
+            tolerations: r.tolerations,
         }
     }
 }
@@ -70,6 +83,15 @@ pub struct VariantRequest {
     /// Replica count; 1 when left out, as in the CRD.
     #[serde(default = "one")]
     pub instances: i32,
+    /// Node labels the variant's pods must run on (R37).
+    #[serde(default, rename = "nodeSelector")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations added to the base's (R37).
+    #[serde(default)]
+    pub tolerations: Vec<TolerationRequest>,
+    /// Image and resources of containers of the base (R37).
+    #[serde(default)]
+    pub containers: Vec<ContainerRequest>,
 }
 
 fn one() -> i32 {
@@ -82,7 +104,13 @@ impl From<VariantRequest> for Variant {
             label: r.label,
             env: r.env,
             instances: r.instances,
-            ..Variant::default()
+            node_selector: r.node_selector,
+            tolerations: r.tolerations.into_iter().map(Toleration::from).collect(),
+            containers: r
+                .containers
+                .into_iter()
+                .map(ContainerOverride::from)
+                .collect(),
         }
     }
 }
@@ -105,6 +133,15 @@ pub struct VariantView {
     pub env: BTreeMap<String, String>,
     /// Its replica count.
     pub instances: i32,
+    /// Its node labels (R37); left out when it has none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Its tolerations; left out when it has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Its containers' images and resources; left out when it changes none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerOverride>,
     /// Whether the API may change it (false for an Argo CD synced Mutation without
     /// runtime variants).
     pub read_only: bool,
@@ -151,6 +188,9 @@ pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView> {
         label: v.label.clone(),
         env: v.env.clone(),
         instances: v.instances,
+        node_selector: v.node_selector.clone(),
+        tolerations: v.tolerations.clone(),
+        containers: v.containers.clone(),
         read_only: m.variants_read_only(),
         status: variant_status(m, index, &v.label),
     })
