@@ -30,6 +30,7 @@ mod kubectl;
 mod leader;
 mod lifecycle;
 mod metrics;
+mod placement;
 mod poison;
 mod prometheus;
 mod prometheus_operator;
