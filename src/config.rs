@@ -99,6 +99,9 @@ pub struct Config {
     /// `POD_NAME`: this replica's identity in the Lease; `None` (unset or empty) for
     /// `<hostname>-<pid>`.
     pub pod_name: Option<String>,
+    /// `POD_SERVICE_ACCOUNT`: the operator's ServiceAccount (in `POD_NAMESPACE`), which no
+    /// Deployment it makes may run as; `None` (unset or empty) when not known.
+    pub pod_service_account: Option<String>,
     /// `HOSTNAME`: the host part of the default Lease identity; `None` (unset or empty) for
     /// `/etc/hostname`.
     pub hostname: Option<String>,
@@ -228,6 +231,16 @@ impl Config {
         let pod_name = text("POD_NAME")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
+        let pod_service_account = text("POD_SERVICE_ACCOUNT")?
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        if let Some(name) = &pod_service_account {
+            crate::variant::validate_name(name).map_err(|e| {
+                Error::Config(format!(
+                    "POD_SERVICE_ACCOUNT is not a ServiceAccount name: {e}"
+                ))
+            })?;
+        }
         let hostname = text("HOSTNAME")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
@@ -286,6 +299,7 @@ impl Config {
             lease_duration,
             pod_namespace,
             pod_name,
+            pod_service_account,
             hostname,
             api_addr,
             metrics_addr: addr("MUTANT_METRICS_ADDR", DEFAULT_METRICS_ADDR)?,

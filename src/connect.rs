@@ -87,7 +87,7 @@ pub fn source(
             return Ok(Source::Kubeconfig(vec![path]));
         }
     }
-    Err(Error::KubeConfig(
+    Err(Error::kube_config(
         "no connection settings: KUBECONFIG is unset, KUBERNETES_SERVICE_HOST is unset (not in \
          a cluster) and there is no ~/.kube/config"
             .to_owned(),
@@ -115,13 +115,13 @@ pub async fn client_with_health(user_agent: &'static str, health: &Health) -> Re
 pub async fn load(source: &Source) -> Result<kube::Config> {
     match source {
         Source::InCluster => kube::Config::incluster()
-            .map_err(|e| Error::KubeConfig(format!("in-cluster configuration: {e}"))),
+            .map_err(|e| Error::kube_config_from("in-cluster configuration", e)),
         Source::Kubeconfig(paths) => {
             let mut merged = Kubeconfig::default();
             for path in paths {
                 merged = merged
                     .merge(read_kubeconfig(path)?)
-                    .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| Error::kube_config_from(path.display().to_string(), e))?;
             }
             let files = paths
                 .iter()
@@ -130,7 +130,7 @@ pub async fn load(source: &Source) -> Result<kube::Config> {
                 .join(":");
             kube::Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| Error::KubeConfig(format!("kubeconfig {files}: {e}")))
+                .map_err(|e| Error::kube_config_from(format!("kubeconfig {files}"), e))
         }
     }
 }
@@ -139,9 +139,9 @@ pub async fn load(source: &Source) -> Result<kube::Config> {
 /// them.
 pub fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
+        .map_err(|e| Error::kube_config_from(path.display().to_string(), e))?;
     parse_kubeconfig(&text, path.parent())
-        .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))
+        .map_err(|e| Error::kube_config(format!("{}: {e}", path.display())))
 }
 
 /// Parses a kubeconfig; relative file paths in it are taken relative to `dir`.
@@ -191,10 +191,10 @@ pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Cli
 /// [`build_with_refresh`], recording into `health` whether the API server answers; every call
 /// but a watch has [`health::CALL_DEADLINE`].
 pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> Result<Client> {
-    refuse_unsupported(&config).map_err(Error::KubeConfig)?;
+    refuse_unsupported(&config).map_err(Error::kube_config)?;
     let credential =
-        Credential::from_auth_info(&config.auth_info, refresh).map_err(Error::KubeConfig)?;
-    let tls = tls_config(&config, refresh).map_err(Error::KubeConfig)?;
+        Credential::from_auth_info(&config.auth_info, refresh).map_err(Error::kube_config)?;
+    let tls = tls_config(&config, refresh).map_err(Error::kube_config)?;
 
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -204,7 +204,7 @@ pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> R
     let https = match &config.tls_server_name {
         Some(name) => {
             let name = ServerName::try_from(name.clone()).map_err(|e| {
-                Error::KubeConfig(format!("tls-server-name {name:?} is not a valid name: {e}"))
+                Error::kube_config_from(format!("tls-server-name {name:?} is not a valid name"), e)
             })?;
             https.with_server_name_resolver(FixedServerNameResolver::new(name))
         }
@@ -220,7 +220,7 @@ pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> R
 
     let extra_headers = config
         .extra_headers_layer()
-        .map_err(|e| Error::KubeConfig(format!("headers: {e}")))?;
+        .map_err(|e| Error::kube_config_from("headers", e))?;
     let service = ServiceBuilder::new()
         .layer(HealthLayer::new(health.clone(), health::CALL_DEADLINE))
         .layer(config.base_uri_layer())

@@ -50,7 +50,7 @@ mod conns;
 mod tests;
 pub mod tls;
 
-pub use body::{BodyError, read_body};
+pub use body::read_body;
 
 /// The response body type of every handler: the whole body in one buffer.
 pub type Body = Full<Bytes>;

@@ -17,7 +17,9 @@
 //! for people and `kubectl`), and a change of them is what shows the holder is alive.
 //!
 //! Every write is a `create` or a `replace` carrying the `resourceVersion` that was read, so
-//! of two replicas racing for the Lease exactly one wins (the other gets 409). On shutdown the
+//! of two replicas racing for the Lease exactly one wins (the other gets 409). The leader
+//! renews on the `resourceVersion` of its own last write, without reading first, and reads
+//! only after a write failed: one request per renewal. On shutdown the
 //! leader releases the Lease (no holder), so the next one takes over at once instead of
 //! waiting for it to expire.
 //!
@@ -167,6 +169,8 @@ impl Elector {
         // While leading: when the last successful renewal was sent.
         let mut renewed: Option<Instant> = None;
         let mut seen = Seen::default();
+        // While leading: the Lease as this replica last wrote it.
+        let mut held: Option<Lease> = None;
         let mut last_leader: Option<String> = None;
         let stopped = stop.wait();
         tokio::pin!(stopped);
@@ -178,7 +182,7 @@ impl Elector {
             };
             let attempt = tokio::select! {
                 () = &mut stopped => break,
-                attempt = tokio::time::timeout_at(limit, self.attempt(&mut seen)) => attempt,
+                attempt = tokio::time::timeout_at(limit, self.attempt(&mut seen, &mut held)) => attempt,
             };
             let mut next = Instant::now() + s.retry_every();
             match attempt {
@@ -244,9 +248,16 @@ impl Elector {
 
     /// One read, decision and (unless following) write. `seen` keeps, across attempts, since
     /// when the record has not changed.
-    async fn attempt(&self, seen: &mut Seen) -> crate::Result<Attempt> {
+    async fn attempt(&self, seen: &mut Seen, held: &mut Option<Lease>) -> crate::Result<Attempt> {
         let me = &self.settings.identity;
-        let existing = self.api.get_opt(LEASE_NAME).await?;
+        // While this replica holds the Lease, what it last wrote is what the server holds,
+        // unless someone wrote since: then the replace below, which carries that write's
+        // resourceVersion, gets 409 and the next attempt reads. So a leader renews with one
+        // request, not two (issue 28).
+        let existing = match held.take() {
+            Some(own) => Some(own),
+            None => self.api.get_opt(LEASE_NAME).await?,
+        };
         // The moment of the answer: the record was current then.
         let read_at = Instant::now();
         let observed = existing.as_ref().map(Observed::of);
@@ -294,7 +305,10 @@ impl Elector {
             }
         };
         match written {
-            Ok(_) => Ok(Attempt::Leading),
+            Ok(lease) => {
+                *held = Some(lease);
+                Ok(Attempt::Leading)
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::Lost),
             Err(err) => Err(err.into()),
         }

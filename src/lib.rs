@@ -1,23 +1,26 @@
 //! mutantops: a Kubernetes operator that runs one base Deployment as several variants.
 //!
 //! The binary in `main.rs` only parses its arguments and hands over to [`cli::run`]; everything
-//! else lives in the modules below so that unit and integration tests can reach it.
+//! else lives in the modules below. Public are only what the binary and the integration tests
+//! use (`cli`, `crd`, `variant`, `connect`, `metrics`, and of `api` the route table and the
+//! 401 body), so the compiler reports whatever nothing uses.
 #![forbid(unsafe_code)]
 
-pub mod admin;
+mod admin;
 pub mod api;
-pub mod cache;
+mod cache;
 pub mod cli;
-pub mod config;
+mod config;
 pub mod connect;
-pub mod controller;
+mod controller;
 pub mod crd;
-pub mod http;
-pub mod lease;
-pub mod logging;
+mod http;
+mod lease;
+mod logging;
 pub mod metrics;
-pub mod operator;
-pub mod shutdown;
+mod operator;
+mod shutdown;
+mod submit;
 pub mod variant;
 
 /// Everything that can go wrong in mutantops, with a bounded label for metrics.
@@ -27,12 +30,19 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
-    /// No usable connection settings for the Kubernetes API (in cluster or kubeconfig).
-    #[error("cannot load Kubernetes client configuration: {0}")]
-    KubeConfig(String),
+    /// No usable connection settings for the Kubernetes API (in cluster or kubeconfig): what
+    /// was being read, and why it failed when another error says so.
+    #[error("cannot load Kubernetes client configuration: {what}")]
+    KubeConfig {
+        /// What was being read or refused (a file, a setting).
+        what: String,
+        /// The failure underneath, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 
-    /// A request to the Kubernetes API server failed.
-    #[error("kubernetes api: {0}")]
+    /// A request to the Kubernetes API server failed (the failure is its source).
+    #[error("kubernetes api")]
     Kube(#[source] kube::Error),
 
     /// Local I/O failed (sockets, signals, stdout).
@@ -40,16 +50,42 @@ pub enum Error {
     Io(#[from] std::io::Error),
 
     /// The OS random source failed.
-    #[error("random source: {0}")]
-    Random(String),
+    #[error("random source")]
+    Random(#[source] getrandom::Error),
 
-    /// An object from the API server lacks a field it always has (uid, namespace).
-    #[error("object {0} has no {1}")]
-    MissingField(String, &'static str),
+    /// An object from the API server lacks a field it always has (name, namespace, uid).
+    #[error("{object} has no metadata.{field}")]
+    MissingField {
+        /// The object, as `Kind "name"` (or the kind alone when the name is missing).
+        object: String,
+        /// The field of `metadata` that is missing.
+        field: &'static str,
+    },
 
     /// Serialising an object failed.
-    #[error("serialize: {0}")]
-    Serialize(String),
+    #[error("serialize")]
+    Serialize(#[source] serde_yaml::Error),
+}
+
+impl Error {
+    /// A configuration that cannot be used, said in `what`, with no error underneath.
+    pub fn kube_config(what: impl Into<String>) -> Self {
+        Error::KubeConfig {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// A configuration that cannot be used, said in `what`, because of `source`.
+    pub fn kube_config_from(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::KubeConfig {
+            what: what.into(),
+            source: Some(Box::new(source)),
+        }
+    }
 }
 
 impl Error {
@@ -59,10 +95,10 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(kube::Error::Api(_)) => "api",
-            Error::MissingField(..) => "invalid",
+            Error::MissingField { .. } => "invalid",
             Error::Kube(_)
             | Error::Config(_)
-            | Error::KubeConfig(_)
+            | Error::KubeConfig { .. }
             | Error::Io(_)
             | Error::Serialize(_)
             | Error::Random(_) => "client",
@@ -81,15 +117,31 @@ impl From<kube::Error> for Error {
 /// being deleted (403 with cause `NamespaceTerminating`). Recognised by code and cause, never
 /// by message text. Such failures are logged at info, not warn.
 pub fn expected_api_error(err: &kube::Error) -> bool {
-    let kube::Error::Api(status) = err else {
-        return false;
-    };
-    status.code == 404
-        || (status.code == 403
-            && status
-                .details
-                .as_ref()
-                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+    api_status_is(err, 404, None) || api_status_is(err, 403, Some("NamespaceTerminating"))
+}
+
+/// Whether the API server answered `err` with `code` and, if given, `reason`: the status's
+/// own reason (`AlreadyExists`) or that of one of its causes (`NamespaceTerminating`). The one
+/// place an answer of the API server is told by its reason.
+pub fn api_status_is(err: &kube::Error, code: u16, reason: Option<&str>) -> bool {
+    matches!(err, kube::Error::Api(status) if status_is(status, code, reason))
+}
+
+/// [`api_status_is`] for an error answer already taken out of its `kube::Error`.
+pub fn status_is(status: &kube::core::Status, code: u16, reason: Option<&str>) -> bool {
+    status.code == code
+        && reason.is_none_or(|reason| {
+            status.reason == reason
+                || status
+                    .details
+                    .as_ref()
+                    .is_some_and(|d| d.causes.iter().any(|c| c.reason == reason))
+        })
+}
+
+/// Whether `err` is the API server's 409 `AlreadyExists`: a create found the name taken.
+pub fn already_exists(err: &kube::Error) -> bool {
+    api_status_is(err, 409, Some("AlreadyExists"))
 }
 
 impl Error {
@@ -102,13 +154,15 @@ impl Error {
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Formats an error with its chain of causes: `a: b: c`.
+/// Formats an error with its chain of causes: `a: b: c`. This crate's errors leave their
+/// source out of their own message; some of kube's and hyper's put it in as well, so a cause
+/// whose text is already written is not written again.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
         let text = cause.to_string();
-        if !out.ends_with(&text) {
+        if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
@@ -140,6 +194,49 @@ mod tests {
         assert!(!status(409, None).is_expected());
         assert!(!status(500, Some("NamespaceTerminating")).is_expected());
         assert!(!Error::Config("x".into()).is_expected());
+        assert!(!Error::kube_config("x").is_expected());
+    }
+
+    // Issue 27, item 3: an owner without a uid says so once, naming it (variant's tests read
+    // it off an object); errors keep their sources, and the chain names each once.
+    #[test]
+    fn errors_name_what_is_missing_and_keep_their_sources() {
+        let missing = Error::MissingField {
+            object: r#"Mutation "x""#.to_string(),
+            field: "uid",
+        };
+        assert_eq!(missing.to_string(), r#"Mutation "x" has no metadata.uid"#);
+        assert_eq!(missing.metric_label(), "invalid");
+
+        let io = std::io::Error::other("no such file");
+        let err = Error::kube_config_from("kubeconfig /k", io);
+        assert!(std::error::Error::source(&err).is_some());
+        assert_eq!(
+            error_chain(&err),
+            "cannot load Kubernetes client configuration: kubeconfig /k: no such file"
+        );
+        let kube_err = kube::Error::Api(Box::new(
+            kube::core::Status::failure("quota exceeded", "Forbidden").with_code(403),
+        ));
+        let said = kube_err.to_string();
+        // kube's message holds its source's already: written once.
+        assert_eq!(
+            error_chain(&Error::Kube(kube_err)),
+            format!("kubernetes api: {said}")
+        );
+    }
+
+    #[test]
+    fn statuses_are_told_by_code_and_reason() {
+        let status = |code: u16, reason: &str| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("m", reason).with_code(code),
+            ))
+        };
+        assert!(already_exists(&status(409, "AlreadyExists")));
+        assert!(!already_exists(&status(409, "Conflict")));
+        assert!(!already_exists(&status(400, "AlreadyExists")));
+        assert!(api_status_is(&status(404, "NotFound"), 404, None));
     }
 
     #[test]

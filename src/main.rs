@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         other => match cli::run(other) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!("mutantops: {err}");
+                eprintln!("mutantops: {}", mutantops::error_chain(&err));
                 ExitCode::FAILURE
             }
         },

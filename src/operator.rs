@@ -16,6 +16,7 @@ use crate::{
     lease::{self, Elector},
     metrics::Metrics,
     shutdown,
+    variant::ServiceAccountRef,
 };
 
 /// The user agent of every request the operator makes: visible in the API server's audit log
@@ -24,11 +25,6 @@ pub const USER_AGENT: &str = concat!("mutantops/", env!("CARGO_PKG_VERSION"));
 
 /// How long shutdown waits for the controllers' in-flight reconciles.
 const CONTROLLERS_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A client from the local kubeconfig or the in-cluster ServiceAccount (see [`connect`]).
-pub async fn client() -> Result<Client> {
-    connect::client(USER_AGENT).await
-}
 
 /// The API server's version, waiting for the server to be reachable: during a control-plane
 /// outage the operator waits (1 s, doubling to 16 s between tries) instead of exiting into the
@@ -49,6 +45,32 @@ async fn server_version(client: &Client) -> Result<k8s_openapi::apimachinery::pk
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(std::time::Duration::from_secs(16));
             }
+        }
+    }
+}
+
+/// The operator's own ServiceAccount (`POD_NAMESPACE`, `POD_SERVICE_ACCOUNT`), which no
+/// Deployment it makes may run as (R33); `None`, said in the log, when either is unset (as
+/// outside a cluster).
+fn own_account(config: &Config) -> Option<ServiceAccountRef> {
+    match (&config.pod_namespace, &config.pod_service_account) {
+        (Some(namespace), Some(name)) => {
+            tracing::info!(
+                namespace,
+                name,
+                "Deployments that would run as the operator's own ServiceAccount are refused"
+            );
+            Some(ServiceAccountRef {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            })
+        }
+        _ => {
+            tracing::info!(
+                "POD_NAMESPACE or POD_SERVICE_ACCOUNT unset: bases are not checked against the \
+                 operator's own ServiceAccount"
+            );
+            None
         }
     }
 }
@@ -107,6 +129,7 @@ pub async fn run(config: Config) -> Result<()> {
         stale_after: Some(config.stale_after),
     };
     let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref(), freshness);
+    let own_account = own_account(&config);
     let controllers = controller::start(
         client.clone(),
         &caches,
@@ -114,7 +137,10 @@ pub async fn run(config: Config) -> Result<()> {
         metrics.clone(),
         stop.clone(),
         leader,
-        config.pod_name.clone(),
+        controller::Identity {
+            instance: config.pod_name.clone(),
+            own_account: own_account.clone(),
+        },
     );
     metrics.set_caches(caches.clone());
     let admin_state = Arc::new(AdminState {
@@ -123,22 +149,22 @@ pub async fn run(config: Config) -> Result<()> {
     });
     let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
     let controllers = tokio::spawn(controllers);
-    let state = Arc::new(ApiState {
+    let served = config
+        .api_namespaces
+        .clone()
+        .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns]));
+    let server = ServerConfig {
+        max_connections: config.api_max_connections,
+        ..ServerConfig::default()
+    };
+    let state = Arc::new(ApiState::new(
         client,
         caches,
         auth,
-        server: ServerConfig {
-            max_connections: config.api_max_connections,
-            ..ServerConfig::default()
-        },
-        edits: Default::default(),
-        namespaces: config
-            .api_namespaces
-            .clone()
-            .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns])),
-        misses: Default::default(),
-        validations: Default::default(),
-    });
+        server,
+        served,
+        own_account,
+    ));
     let api = tokio::spawn(api::serve(state, api_listener, api_tls, stop));
 
     shutdown::signal().await?;

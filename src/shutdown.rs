@@ -35,11 +35,6 @@ impl Shutdown {
         let mut rx = self.0;
         let _ = rx.wait_for(|down| *down).await;
     }
-
-    /// Whether shutdown has begun.
-    pub fn is_down(&self) -> bool {
-        *self.0.borrow()
-    }
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT.

@@ -12,8 +12,11 @@
 //! - **own**: [`may_prune`], [`foreign`] and [`Planned::check_existing`] decide which
 //!   Deployments are ours to delete or overwrite (R6, R9);
 //! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
-//! - **placement**: [`placement`] merges a variant's nodeSelector, tolerations, images and
+//! - **placement**: `placement` merges a variant's nodeSelector, tolerations, images and
 //!   resources over the base, checks them, and bounds what a token may set of them (R37);
+//! - **pod security**: [`baseline_findings`] lists how a pod template breaks Pod Security
+//!   "baseline", and a [`Review`] of an owner's Deployments says whether the operator may make
+//!   them in their namespace, and why not (R33);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **refusals**: [`classify`] tells the API server's refusal of a Deployment (the object's
 //!   fault, or a policy's) from a failure worth retrying (R10, R35);
@@ -27,16 +30,19 @@
 //! struct, so fields newer than the Kubernetes version compiled against are passed through.
 //!
 //! The owner, the labels and the ownership checks are here; validation is in `validate`,
-//! building and the apply decision in `build`, status in `status`, all re-exported below.
+//! building and the apply decision in `build`, status in `status`, the baseline controls in
+//! `baseline` and the decision on them in `pod_security`, all re-exported below.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::crd::OwnerKind;
 
 pub mod access;
+mod baseline;
 mod build;
 mod observed;
-pub mod placement;
+pub(crate) mod placement;
+mod pod_security;
 mod refusal;
 mod report;
 mod status;
@@ -45,15 +51,22 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use baseline::{
+    ALLOWED_CAPABILITIES, Finding, SAFE_SYSCTLS, SELINUX_TYPES, ServiceAccountRef,
+    baseline_findings, own_account_finding,
+};
 pub use build::{Foreign, Planned, Step, build, foreign, needs_apply, plan, resolve};
 pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
+pub use pod_security::{
+    BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
+};
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, held_statuses, owner_status, stale};
 pub use status::{ready_condition, summary, variant_state};
 pub use validate::{
-    Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, check_variant_count, deployment_name, unservable_name,
-    validate_env_name, validate_label, validate_mutation_name, validate_name, validate_variant,
-    validate_variants,
+    Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, TOKEN_KEY, check_variant_count, deployment_name,
+    secret_name, unservable_name, validate_env_name, validate_label, validate_mutation_name,
+    validate_name, validate_variant, validate_variants,
 };
 
 /// Label on every generated Deployment, its selector and its pods: the owner's name.
@@ -98,13 +111,16 @@ pub struct Owner {
 impl Owner {
     /// Takes name, namespace and uid from an object read from the API server. Fails, naming
     /// what is missing, for an object that was never stored (no uid) or is not namespaced.
-    pub fn from_resource<K: kube::Resource>(kind: OwnerKind, obj: &K) -> Result<Owner, String> {
+    pub fn from_resource<K: kube::Resource>(kind: OwnerKind, obj: &K) -> crate::Result<Owner> {
         let meta = obj.meta();
-        let name = meta
-            .name
-            .clone()
-            .ok_or_else(|| format!("{} has no metadata.name", kind.kind()))?;
-        let missing = |field: &str| format!("{} {name:?} has no metadata.{field}", kind.kind());
+        let name = meta.name.clone().ok_or(crate::Error::MissingField {
+            object: kind.kind().to_string(),
+            field: "name",
+        })?;
+        let missing = |field| crate::Error::MissingField {
+            object: format!("{} {name:?}", kind.kind()),
+            field,
+        };
         let namespace = meta.namespace.clone().ok_or_else(|| missing("namespace"))?;
         let uid = meta.uid.clone().ok_or_else(|| missing("uid"))?;
         Ok(Owner {
@@ -126,16 +142,6 @@ impl Owner {
             controller: Some(true),
             block_owner_deletion: Some(true),
         }
-    }
-
-    /// Label selector (`owner=<name>,kind=<kind>`) matching this owner's generated
-    /// Deployments: the candidates for pruning, which [`may_prune`] then checks one by one.
-    pub fn selector(&self) -> String {
-        format!(
-            "{OWNER_LABEL}={},{KIND_LABEL}={}",
-            self.name,
-            self.kind.label_value()
-        )
     }
 
     /// The three mutantops labels of one variant's Deployment, selector and pods.

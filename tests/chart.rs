@@ -12,10 +12,14 @@
 )]
 
 mod common;
+#[path = "common/files.rs"]
+mod files;
+
+use files::{read, repo};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
     time::Duration,
 };
@@ -37,15 +41,6 @@ const HELM_LABELS: [&str; 4] = [
     "app.kubernetes.io/instance",
     "app.kubernetes.io/version",
 ];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read(path: &str) -> String {
-    let path = repo().join(path);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// The documents of a YAML stream, without empty ones.
 fn parse(text: &str) -> Vec<Value> {
@@ -462,15 +457,37 @@ fn releases_get_names_of_their_own() {
         ("mutantops-lab", "lab", "mutantops-lab"),
     ] {
         let docs = render(release, namespace, &[]);
+        let aggregated = [
+            fullname.to_string(),
+            format!("{fullname}-edit"),
+            format!("{fullname}-view"),
+        ];
         for doc in &docs {
             let (kind, name) = key(doc);
             match doc["metadata"]["namespace"].as_str() {
                 Some(ns) => assert_eq!(ns, namespace, "{kind} {name}"),
                 None => {
-                    assert_eq!(name, fullname, "{kind}");
+                    // The operator's ClusterRole and binding, and the roles aggregated into
+                    // the built-in edit, admin and view (R33).
+                    let allowed = match kind.as_str() {
+                        "ClusterRole" => &aggregated[..],
+                        _ => &aggregated[..1],
+                    };
+                    assert!(allowed.contains(&name), "{kind} {name}");
                     assert!(cluster_scoped.insert((kind, name)), "{release}: collides");
                 }
             }
+        }
+        for (suffix, label) in [
+            ("edit", "rbac.authorization.k8s.io/aggregate-to-edit"),
+            ("edit", "rbac.authorization.k8s.io/aggregate-to-admin"),
+            ("view", "rbac.authorization.k8s.io/aggregate-to-view"),
+        ] {
+            let role = find(&docs, "ClusterRole", &format!("{fullname}-{suffix}"));
+            assert_eq!(
+                role["metadata"]["labels"][label], "true",
+                "{suffix}: {label}"
+            );
         }
         let binding = find(&docs, "ClusterRoleBinding", fullname);
         assert_eq!(binding["roleRef"]["name"], fullname);
@@ -503,12 +520,18 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     let release = format!("chart-{}", common::random_suffix());
     let fullname = format!("{release}-mutantops");
     let docs = render(&release, &ns.name, &[]);
-    let cluster_scoped: Vec<String> = docs
+    let mut cluster_scoped: Vec<String> = docs
         .iter()
         .filter(|d| d["metadata"]["namespace"].is_null())
         .map(|d| format!("{}/{}", key(d).0, key(d).1))
         .collect();
-    let expected = ["ClusterRole", "ClusterRoleBinding"].map(|k| format!("{k}/{fullname}"));
+    cluster_scoped.sort();
+    let expected = [
+        format!("ClusterRole/{fullname}"),
+        format!("ClusterRole/{fullname}-edit"),
+        format!("ClusterRole/{fullname}-view"),
+        format!("ClusterRoleBinding/{fullname}"),
+    ];
     assert_eq!(cluster_scoped, expected);
     let absent = |object: &str| {
         let found = kubectl(&format!("get {object} --ignore-not-found -o name"), "");
@@ -520,6 +543,8 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     }
     let role = common::RemoveOnDrop::<ClusterRole>::new(&fullname);
     let binding = common::RemoveOnDrop::<ClusterRoleBinding>::new(&fullname);
+    let aggregated = ["edit", "view"]
+        .map(|suffix| common::RemoveOnDrop::<ClusterRole>::new(&format!("{fullname}-{suffix}")));
 
     let input: String = docs
         .iter()
@@ -574,6 +599,8 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         "create secrets -n default".to_string(),
         "create events.events.k8s.io -n default".to_string(),
         format!("update leases.coordination.k8s.io -n {}", ns.name),
+        // R33: a namespace's opt-in label, by name.
+        "get namespaces/default".to_string(),
     ] {
         assert_eq!(can(&allowed), "yes", "{account} needs: {allowed}");
     }
@@ -581,12 +608,14 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         "delete secrets -n default",
         "get pods -n default",
         "update leases.coordination.k8s.io -n default",
+        "list namespaces",
+        "watch namespaces",
     ] {
         assert_eq!(can(denied), "no", "{account} must not: {denied}");
     }
 
     // Gone again: the cluster-scoped objects now, the namespace (and all in it) after.
-    drop((binding, role));
+    drop((binding, role, aggregated));
     for object in &cluster_scoped {
         assert!(absent(object), "{object} is still there");
     }

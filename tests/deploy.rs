@@ -107,6 +107,17 @@ fn operator_manifest_hardening() {
         ),
         (Some("mutantops-api"), Some("token"), Some(true))
     );
+    // R33: the operator knows its own ServiceAccount, from the downward API.
+    let account = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some("POD_SERVICE_ACCOUNT"))
+        .unwrap();
+    assert_eq!(
+        account["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("spec.serviceAccountName")
+    );
     assert_eq!(
         container["livenessProbe"]["httpGet"]["path"].as_str(),
         Some("/healthz")

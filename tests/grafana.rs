@@ -8,7 +8,12 @@
     reason = "a failed step must fail the test"
 )]
 
+#[path = "common/files.rs"]
+mod files;
+
 use std::collections::{BTreeMap, BTreeSet};
+
+use files::metric_names;
 
 use serde_json::Value;
 
@@ -56,26 +61,6 @@ fn exported() -> (BTreeMap<String, String>, BTreeSet<String>) {
         "the library's exposition:\n{text}"
     );
     (families, samples)
-}
-
-/// The operator's metric names (`mutant_operator_*`, `process_*`) in a PromQL expression,
-/// outside quoted strings (label values).
-fn metric_names(expr: &str) -> BTreeSet<String> {
-    let mut unquoted = String::with_capacity(expr.len());
-    let mut quote = None;
-    for c in expr.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if matches!(c, '"' | '\'' | '`') => quote = Some(c),
-            None => unquoted.push(c),
-        }
-    }
-    unquoted
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .filter(|word| word.starts_with("mutant_operator_") || word.starts_with("process_"))
-        .map(str::to_string)
-        .collect()
 }
 
 /// The family a sample name belongs to: a histogram's `_bucket`, `_sum` and `_count` and a

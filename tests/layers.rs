@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["http"],
     &["metrics"],
     &["lease"],
+    &["submit"],
     &["controller"],
     &["admin", "api"],
     &["operator"],
@@ -25,7 +26,15 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// What lib.rs defines itself (the error layer): `crate::Error`, `crate::Result`, ...
-const LIB_ITEMS: &[&str] = &["Error", "Result", "error_chain", "expected_api_error"];
+const LIB_ITEMS: &[&str] = &[
+    "Error",
+    "Result",
+    "error_chain",
+    "expected_api_error",
+    "api_status_is",
+    "status_is",
+    "already_exists",
+];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
@@ -202,5 +211,69 @@ fn the_scanner_reads_grouped_and_plain_paths() {
     assert_eq!(
         without_comments("let a = 1; // crate::api\nlet s = \"http://x\";"),
         "let a = 1; \nlet s = \"http://x\";"
+    );
+}
+
+/// The files of each folder that forms rooms of its own, lowest first: a file may use (through
+/// `super::`) only files before it; `mod.rs` routes and may use them all. Tests inside a file
+/// (`use super::*`) reach their own file only.
+const ROOMS: &[(&str, &[&str])] = &[(
+    "api",
+    &[
+        "routes",
+        "placement",
+        "json",
+        "auth",
+        "budget",
+        "error",
+        "state",
+        "body",
+        "check",
+        "fresh",
+        "mutations",
+        "variants",
+    ],
+)];
+
+#[test]
+fn the_files_of_a_folder_import_only_files_before_them() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for (folder, order) in ROOMS {
+        let mut files = Vec::new();
+        rust_files(&src.join(folder), &mut files);
+        for file in files {
+            let name = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name == "mod" {
+                continue;
+            }
+            let Some(at) = order.iter().position(|o| *o == name) else {
+                wrong.push(format!("{folder}/{name}.rs is not in ROOMS"));
+                continue;
+            };
+            let text = without_comments(&fs::read_to_string(&file).unwrap());
+            for used in used_names(&text, "super") {
+                seen += 1;
+                match order.iter().position(|o| *o == used) {
+                    Some(to) if to < at => {}
+                    Some(_) => wrong.push(format!("{folder}/{name}.rs -> {used}")),
+                    // `use super::*` in a file's tests, or an item of mod.rs
+                    None if used.is_empty() => {}
+                    None => wrong.push(format!("{folder}/{name}.rs -> {used} (of mod.rs)")),
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports inside a folder that do not point down: {wrong:#?}"
+    );
+    assert!(
+        seen > 10,
+        "the scan sees the imports between files ({seen})"
     );
 }

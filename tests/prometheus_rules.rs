@@ -12,9 +12,13 @@
     reason = "a failed step must fail the test"
 )]
 
+#[path = "common/files.rs"]
+mod files;
+
+use files::{metric_names, repo};
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
 };
 
@@ -33,13 +37,9 @@ const ALERTS: [&str; 5] = [
     "MutantOpsVariantsInvalid",
 ];
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
+/// A file of `deploy/`.
 fn read(file: &str) -> String {
-    let path = repo().join("deploy").join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    files::read(&format!("deploy/{file}"))
 }
 
 fn yaml(file: &str) -> Value {
@@ -82,26 +82,6 @@ fn exported_names() -> BTreeSet<String> {
         "the library's exposition:\n{text}"
     );
     names
-}
-
-/// The operator's metric names (`mutant_operator_*`, `process_*`) in a PromQL expression,
-/// outside quoted strings (label values).
-fn metric_names(expr: &str) -> BTreeSet<String> {
-    let mut unquoted = String::with_capacity(expr.len());
-    let mut quote = None;
-    for c in expr.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if matches!(c, '"' | '\'' | '`') => quote = Some(c),
-            None => unquoted.push(c),
-        }
-    }
-    unquoted
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .filter(|word| word.starts_with("mutant_operator_") || word.starts_with("process_"))
-        .map(str::to_string)
-        .collect()
 }
 
 /// The PrometheusRule holds exactly the groups of rules.yaml, so the two cannot drift.

@@ -12,8 +12,9 @@ use kube::runtime::reflector::ObjectRef;
 use subtle::ConstantTimeEq as _;
 
 use crate::{
-    cache::Caches, config::Secret as Token, controller::secret::TOKEN_KEY,
-    variant::is_controlled_by,
+    cache::Caches,
+    config::Secret as Token,
+    variant::{TOKEN_KEY, is_controlled_by, secret_name},
 };
 
 /// The one body of every 401, whatever the reason, so a Mutation's token cannot probe for
@@ -105,10 +106,9 @@ impl Auth {
             .mutations
             .get(&ObjectRef::new(name).within(namespace))?;
         let uid = owner.metadata.uid.as_deref()?;
-        let secret_name = crate::controller::secret::secret_name(name);
         let secret = caches
             .secrets
-            .get(&ObjectRef::new(&secret_name).within(namespace))?;
+            .get(&ObjectRef::new(&secret_name(name)).within(namespace))?;
         if !is_controlled_by(&secret.metadata, uid) {
             return None;
         }

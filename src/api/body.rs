@@ -3,7 +3,7 @@
 use hyper::{Request, body::Incoming};
 use serde::de::DeserializeOwned;
 
-use super::state::{ApiError, ApiState};
+use super::{error::ApiError, state::ApiState};
 use crate::{connect::depth::deepest, http, variant::MAX_BASE_DEPTH};
 
 /// Reads and decodes a JSON body (R24): over the limit 413, too slow 408, malformed or of the

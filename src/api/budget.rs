@@ -9,10 +9,13 @@
 use std::{
     collections::HashMap,
     hash::Hash,
+    net::IpAddr,
     sync::{Mutex, PoisonError},
 };
 
-use tokio::time::Instant;
+use tokio::{sync::Semaphore, time::Instant};
+
+use super::auth::Caller;
 
 /// The most keys remembered at once.
 pub const MAX_KEYS: usize = 4096;
@@ -91,6 +94,73 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
     }
 }
 
+/// Checks of misses with the API server a replica makes per second, and at once, in all.
+const CHECKS: Rate = Rate {
+    per_second: 20.0,
+    burst: 20.0,
+};
+/// Checks of misses one asker may make per second, and at once.
+const CHECKS_PER_ASKER: Rate = Rate {
+    per_second: 2.0,
+    burst: 5.0,
+};
+/// Validated reads one token may ask for per second, and at once; more are 429.
+pub const VALIDATED_READS_PER_TOKEN: Rate = Rate {
+    per_second: 5.0,
+    burst: 10.0,
+};
+/// Who a check of a miss is charged to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Asker {
+    /// A token this replica cannot check (yet): the client's address.
+    Peer(IpAddr),
+    /// An authenticated caller (a name or label this replica does not show).
+    Caller(Caller),
+}
+
+/// The budgets of checks with the API server: one per asker, so that wrong tokens from one
+/// address do not spend what other clients need, and one for the replica, which bounds the
+/// load on the API server however many addresses ask.
+pub struct MissChecks {
+    replica: Buckets<()>,
+    askers: Buckets<Asker>,
+}
+
+impl Default for MissChecks {
+    fn default() -> Self {
+        MissChecks {
+            replica: Buckets::new(CHECKS),
+            askers: Buckets::new(CHECKS_PER_ASKER),
+        }
+    }
+}
+
+impl MissChecks {
+    /// Takes one check for `asker`, if both its budget and the replica's have one.
+    pub(super) fn take(&self, asker: &Asker) -> bool {
+        self.askers.take(asker) && self.replica.take(&())
+    }
+}
+
+/// Validated reads a replica sends to the API server at once; more wait their turn.
+const VALIDATIONS: usize = 16;
+
+/// The replica's budget of validated reads (`Cache-Control: no-cache`): at most
+/// [`VALIDATIONS`] at once, and [`VALIDATED_READS_PER_TOKEN`] per token.
+pub struct Validations {
+    pub(super) at_once: Semaphore,
+    pub(super) per_token: Buckets<Caller>,
+}
+
+impl Default for Validations {
+    fn default() -> Self {
+        Validations {
+            at_once: Semaphore::new(VALIDATIONS),
+            per_token: Buckets::new(VALIDATED_READS_PER_TOKEN),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +196,26 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(buckets.take(&3));
         assert!(buckets.take(&4));
+    }
+
+    // Issue 25, item 5: wrong tokens from one address spend that address's checks, not
+    // another's; the replica's budget bounds them all.
+    #[tokio::test(start_paused = true)]
+    async fn checks_are_bounded_per_asker_and_per_replica() {
+        let checks = MissChecks::default();
+        let peer = |last: u8| Asker::Peer(IpAddr::from([10, 0, 0, last]));
+        let granted = |asker: &Asker| (0..100).filter(|_| checks.take(asker)).count();
+        assert_eq!(granted(&peer(1)), 5);
+        assert_eq!(granted(&peer(1)), 0);
+        assert_eq!(granted(&peer(2)), 5);
+        let device = Asker::Caller(Caller::Mutation {
+            namespace: "ns".into(),
+            name: "web".into(),
+        });
+        assert_eq!(granted(&device), 5);
+        // 15 of the replica's 20 are spent: 5 more for anyone, then none.
+        assert_eq!((3..10).map(|i| granted(&peer(i))).sum::<usize>(), 5);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(granted(&peer(1)), 2);
     }
 }

@@ -6,8 +6,8 @@
 //! request waits (up to 3 s) until this replica's caches show that version, and its Secret
 //! when a token is to be checked, then is answered from them as usual.
 //!
-//! The checks are bounded per replica ([`MissChecks`]), so wrong names and wrong tokens cannot
-//! be turned into load on the API server; past the bound a miss is answered from the cache as
+//! The checks are bounded per asker and per replica (`budget::MissChecks`), so wrong names and
+//! wrong tokens cannot be turned into load on the API server; past the bound a miss is answered from the cache as
 //! it is. A caller learns nothing it would not learn without them: the token is still compared
 //! only with the cached Secret, and a wrong one still gets the same 401.
 //!
@@ -17,96 +17,27 @@
 //! acknowledged before it, through any replica, says so with `Cache-Control: no-cache` (the
 //! HTTP request directive for "validate with the origin first"): [`validate`] then reads the
 //! Mutation's metadata (or, for the list, the namespace's) from the API server and waits until
-//! this replica's cache shows those versions. Only authenticated callers reach it, and at most
-//! [`VALIDATIONS`] run at once per replica. Plain reads stay answered from the cache alone:
+//! this replica's cache shows those versions. Only authenticated callers reach it, within the
+//! budgets of `budget::Validations`. Plain reads stay answered from the cache alone:
 //! an API server round trip on every GET would cut what a replica serves many times over.
+//!
+//! Here too are the plain reads and waits on the cache that make a client read its own writes
+//! ([`cached_mutation`], [`catch_up`]), all comparing versions with one [`at_least`].
 
-use std::{net::IpAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use hyper::{HeaderMap, StatusCode, header::CACHE_CONTROL};
 use kube::{Api, api::ListParams, runtime::reflector::ObjectRef};
-use tokio::sync::Semaphore;
 
-use super::{
-    auth::Caller,
-    budget::{Buckets, Rate},
-    state::{ApiError, ApiState, cached_mutation, catch_up},
-};
+use super::{auth::Caller, budget::Asker, error::ApiError, state::ApiState};
 use crate::{
     cache::{CacheState, Caches},
-    controller::secret::secret_name,
     crd::Mutation,
+    variant::secret_name,
 };
 
-/// Checks of misses with the API server a replica makes per second, and at once, in all.
-const CHECKS: Rate = Rate {
-    per_second: 20.0,
-    burst: 20.0,
-};
-/// Checks of misses one asker may make per second, and at once.
-const CHECKS_PER_ASKER: Rate = Rate {
-    per_second: 2.0,
-    burst: 5.0,
-};
-/// Validated reads one token may ask for per second, and at once; more are 429.
-pub const VALIDATED_READS_PER_TOKEN: Rate = Rate {
-    per_second: 5.0,
-    burst: 10.0,
-};
 /// How long a request waits for its Secret to reach this replica's cache.
 const SECRET_WAIT: Duration = Duration::from_secs(3);
-
-/// Who a check of a miss is charged to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Asker {
-    /// A token this replica cannot check (yet): the client's address.
-    Peer(IpAddr),
-    /// An authenticated caller (a name or label this replica does not show).
-    Caller(Caller),
-}
-
-/// The budgets of checks with the API server: one per asker, so that wrong tokens from one
-/// address do not spend what other clients need, and one for the replica, which bounds the
-/// load on the API server however many addresses ask.
-pub struct MissChecks {
-    replica: Buckets<()>,
-    askers: Buckets<Asker>,
-}
-
-impl Default for MissChecks {
-    fn default() -> Self {
-        MissChecks {
-            replica: Buckets::new(CHECKS),
-            askers: Buckets::new(CHECKS_PER_ASKER),
-        }
-    }
-}
-
-impl MissChecks {
-    /// Takes one check for `asker`, if both its budget and the replica's have one.
-    fn take(&self, asker: &Asker) -> bool {
-        self.askers.take(asker) && self.replica.take(&())
-    }
-}
-
-/// Validated reads a replica sends to the API server at once; more wait their turn.
-const VALIDATIONS: usize = 16;
-
-/// The replica's budget of validated reads (`Cache-Control: no-cache`): at most
-/// [`VALIDATIONS`] at once, and [`VALIDATED_READS_PER_TOKEN`] per token.
-pub struct Validations {
-    at_once: Semaphore,
-    per_token: Buckets<Caller>,
-}
-
-impl Default for Validations {
-    fn default() -> Self {
-        Validations {
-            at_once: Semaphore::new(VALIDATIONS),
-            per_token: Buckets::new(VALIDATED_READS_PER_TOKEN),
-        }
-    }
-}
 
 /// Whether a request asks for a validated read: a `Cache-Control` directive `no-cache`.
 pub fn wants_validation(headers: &HeaderMap) -> bool {
@@ -257,6 +188,54 @@ pub async fn mutation(
     }
 }
 
+/// How long a write waits for the cache to show it.
+const CACHE_CATCH_UP: Duration = Duration::from_secs(3);
+
+/// A Mutation from the cache. For a caller that may not see it, and for one that does not
+/// exist, a Mutation token gets the same 401 as a wrong token; the admin gets 404.
+pub(crate) fn cached_mutation(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+) -> Result<Arc<Mutation>, ApiError> {
+    if !caller.may_use(ns, name) {
+        return Err(ApiError::unauthorized());
+    }
+    state
+        .caches
+        .mutations
+        .get(&ObjectRef::new(name).within(ns))
+        .ok_or_else(|| match caller {
+            Caller::Admin => ApiError::not_found(format!("mutation {ns}/{name} not found")),
+            Caller::Mutation { .. } => ApiError::unauthorized(),
+        })
+}
+
+/// Waits until the cache shows Mutation `ns/name` at `resource_version` or later (`None`:
+/// until it is gone), so the next read sees this write. Gives up quietly after a few seconds.
+pub(crate) async fn catch_up(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    resource_version: Option<&str>,
+) {
+    let key = ObjectRef::new(name).within(ns);
+    let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
+    let caught_up = |caches: &Caches, _: &CacheState| {
+        let cached = caches.mutations.get(&key);
+        let done = match (&cached, resource_version) {
+            (None, None) => true,
+            (Some(m), None) => m.metadata.deletion_timestamp.is_some(),
+            (None, Some(_)) => false,
+            // A newer write by someone else counts too.
+            (Some(m), Some(rv)) => at_least(m.metadata.resource_version.as_deref(), Some(rv)),
+        };
+        done.then_some(())
+    };
+    let _ = state.caches.until(Some(deadline), caught_up).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,26 +269,5 @@ mod tests {
         assert!(at_least(Some("x"), Some("x")));
         assert!(!at_least(Some("x"), Some("y")));
         assert!(!at_least(None, Some("1")));
-    }
-
-    // Issue 25, item 5: wrong tokens from one address spend that address's checks, not
-    // another's; the replica's budget bounds them all.
-    #[tokio::test(start_paused = true)]
-    async fn checks_are_bounded_per_asker_and_per_replica() {
-        let checks = MissChecks::default();
-        let peer = |last: u8| Asker::Peer(IpAddr::from([10, 0, 0, last]));
-        let granted = |asker: &Asker| (0..100).filter(|_| checks.take(asker)).count();
-        assert_eq!(granted(&peer(1)), 5);
-        assert_eq!(granted(&peer(1)), 0);
-        assert_eq!(granted(&peer(2)), 5);
-        let device = Asker::Caller(Caller::Mutation {
-            namespace: "ns".into(),
-            name: "web".into(),
-        });
-        assert_eq!(granted(&device), 5);
-        // 15 of the replica's 20 are spent: 5 more for anyone, then none.
-        assert_eq!((3..10).map(|i| granted(&peer(i))).sum::<usize>(), 5);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(granted(&peer(1)), 2);
     }
 }

@@ -10,9 +10,7 @@ use crate::crd::{
     ContainerOverride, DeviceAccess, EmbeddedJson, Mutation, Toleration, Variant, VariantStatus,
 };
 
-mod placement;
-
-pub use placement::{ContainerRequest, ResourcesRequest, TolerationRequest};
+use super::placement::{ContainerRequest, TolerationRequest};
 
 /// `POST .../mutations`.
 #[derive(Deserialize, Debug)]
@@ -308,5 +306,66 @@ mod tests {
                 .to_string()
                 .contains("unknown field `maxInstance`")
         );
+    }
+
+    // R37, R24: the request's placement and containers are the CRD's fields, typos refused.
+    #[test]
+    fn a_request_carries_placement_and_refuses_typos() {
+        let sent = json!({
+            "label": "radxa-8-hd",
+            "env": {"SNAP_RES": "1280x800"},
+            "nodeSelector": {"kubernetes.io/arch": "arm64"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "snap", "image": "snap:2", "resources": {
+                "limits": {"memory": "64Mi", "cpu": 1}}}]
+        });
+        let request: VariantRequest =
+            serde_json::from_value(sent.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let v = Variant::from(request);
+        assert_eq!(v.node_selector["kubernetes.io/arch"], "arm64");
+        assert_eq!(v.tolerations[0].effect, "NoSchedule");
+        assert_eq!(v.containers[0].image.as_deref(), Some("snap:2"));
+        // the API answers the variant as it is stored, with the new fields
+        let m = fixtures::mutation("browser-snap", vec![v]);
+        let view = serde_json::to_value(variant_view(&m, 0)).unwrap_or_default();
+        assert_eq!(view["nodeSelector"], sent["nodeSelector"]);
+        assert_eq!(view["tolerations"], sent["tolerations"]);
+        assert_eq!(
+            view["containers"],
+            json!([{"name": "snap", "image": "snap:2", "resources": {
+                "limits": {"cpu": "1", "memory": "64Mi"}}}])
+        );
+        // and leaves them out when the variant sets none
+        let plain = fixtures::mutation("web", vec![fixtures::variant("beta", &[], 1)]);
+        let view = serde_json::to_value(variant_view(&plain, 0)).unwrap_or_default();
+        for field in ["nodeSelector", "tolerations", "containers"] {
+            assert!(view.get(field).is_none(), "{field}: {view}");
+        }
+        for (typo, field) in [
+            (json!({"label": "a", "nodeselector": {}}), "nodeselector"),
+            (
+                json!({"label": "a", "tolerations": [{"keys": "x"}]}),
+                "keys",
+            ),
+            (
+                json!({"label": "a", "containers": [{"name": "x", "img": "y"}]}),
+                "img",
+            ),
+            (
+                json!({"label": "a", "containers": [{"name": "x", "resources": {"limit": {}}}]}),
+                "limit",
+            ),
+        ] {
+            let e = serde_json::from_value::<VariantRequest>(typo).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("unknown field `{field}`")),
+                "{e}"
+            );
+        }
+        let e = serde_json::from_value::<VariantRequest>(
+            json!({"label": "a", "containers": [{"image": "y"}]}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("missing field `name`"), "{e}");
     }
 }

@@ -4,16 +4,23 @@
 //! caches; after a write the handler waits until the cache has caught up, so a client reads
 //! its own writes.
 //!
-//! This file only routes: [`routes::ROUTES`] is the one table of routes, `state` holds what
-//! handlers share (state, errors, edit locks, cache waits), `body` reads request bodies, `auth`
-//! tells who calls, `json` the wire shapes, `mutations` and `variants` the handlers.
+//! This file only routes. The rooms, lowest first (each uses only those before it; checked by
+//! tests/layers.rs): `routes` the one table of routes ([`routes::ROUTES`]), `json` the wire
+//! shapes, `auth` who calls, `budget` what a caller may cost the API server, `error` the
+//! handlers' error and its status codes, `state` what handlers share and the edit locks,
+//! `body` reading request bodies, `check` the checks with the API server before a write,
+//! `fresh` the reads and waits on the cache (across replicas too), `mutations` and `variants`
+//! the handlers.
 
 pub mod auth;
 mod body;
 mod budget;
+mod check;
+mod error;
 mod fresh;
-pub mod json;
+mod json;
 mod mutations;
+mod placement;
 pub mod routes;
 mod state;
 mod variants;
@@ -29,9 +36,10 @@ use crate::{
 };
 use auth::Caller;
 use body::read_json;
+use error::{ApiError, ApiResult};
 pub use routes::ROUTES;
 use routes::{Access, Action, Params, Resolved};
-pub use state::{ApiError, ApiResult, ApiState, EditGuard, EditLocks, MAX_ATTEMPTS};
+pub use state::ApiState;
 
 /// Serves one request.
 pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Body> {
@@ -93,7 +101,7 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
         );
         if fresh::refresh(
             state,
-            &fresh::Asker::Peer(peer),
+            &budget::Asker::Peer(peer),
             ns,
             name,
             fresh::Need::Secret,

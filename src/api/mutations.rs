@@ -11,9 +11,12 @@ use kube::{
 
 use super::{
     auth::Caller,
+    check::check_with_server,
+    error::{ApiError, ApiResult},
     fresh,
+    fresh::catch_up,
     json::{CreateMutation, mutation_view},
-    state::{ApiError, ApiResult, ApiState, catch_up, check_with_server},
+    state::ApiState,
 };
 use crate::{
     cache::{CacheState, Caches},

@@ -11,11 +11,12 @@ use serde_json::json;
 
 use super::{
     auth::Caller,
-    fresh::{self, Asker, Need},
+    budget::Asker,
+    check::check_with_server,
+    error::{ApiError, ApiResult},
+    fresh::{self, Need, cached_mutation, catch_up},
     json::{ScaleRequest, VariantRequest, variant_view},
-    state::{
-        ApiError, ApiResult, ApiState, MAX_ATTEMPTS, cached_mutation, catch_up, check_with_server,
-    },
+    state::{ApiState, MAX_ATTEMPTS},
 };
 use crate::{
     crd::{Mutation, OwnerKind, Variant, limits::MAX_INSTANCES},

@@ -254,3 +254,22 @@ fn api_namespaces_connections_and_staleness() {
         "{e}"
     );
 }
+
+// R33: the operator's ServiceAccount, from the downward API; unset or empty is unknown, and a
+// value that cannot be a ServiceAccount name is an error naming the variable.
+#[test]
+fn pod_service_account() {
+    assert_eq!(config(&[]).unwrap().pod_service_account, None);
+    assert_eq!(
+        config(&[("POD_SERVICE_ACCOUNT", " ")])
+            .unwrap()
+            .pod_service_account,
+        None
+    );
+    let c = config(&[("POD_SERVICE_ACCOUNT", " mutantops ")]).unwrap();
+    assert_eq!(c.pod_service_account.as_deref(), Some("mutantops"));
+    let e = config(&[("POD_SERVICE_ACCOUNT", "Not/A-Name")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("POD_SERVICE_ACCOUNT"), "{e}");
+}

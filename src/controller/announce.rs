@@ -11,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::crd::{OwnerStatus, VariantState};
+use crate::{
+    crd::{OwnerStatus, VariantState},
+    variant::BASE_NOT_ALLOWED,
+};
 
 /// How long announced problems are remembered in memory.
 const REMEMBER: Duration = Duration::from_secs(60);
@@ -19,7 +22,7 @@ const REMEMBER: Duration = Duration::from_secs(60);
 /// One reportable problem of an owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
-    /// `VariantInvalid`, `VariantConflict` or `InvalidObject`.
+    /// `VariantInvalid`, `VariantConflict`, `InvalidObject`, or `BaseNotAllowed` (R33).
     pub reason: &'static str,
     /// The Event's note.
     pub note: String,
@@ -30,11 +33,21 @@ pub struct Problem {
 }
 
 /// The problems a status reports: the object's message and each Invalid or Conflict variant.
+/// The message is an `InvalidObject`, or a `BaseNotAllowed` when the Ready condition says the
+/// operator does not make the base in its namespace (R33).
 pub fn problems(status: &OwnerStatus) -> Vec<Problem> {
     let mut found = Vec::new();
     if let Some(message) = &status.message {
+        let not_allowed = status
+            .conditions
+            .iter()
+            .any(|c| c.reason == BASE_NOT_ALLOWED);
         found.push(Problem {
-            reason: "InvalidObject",
+            reason: if not_allowed {
+                BASE_NOT_ALLOWED
+            } else {
+                "InvalidObject"
+            },
             note: message.clone(),
             deployment: None,
             key: (String::new(), 0),
@@ -136,6 +149,25 @@ mod tests {
             reasons,
             ["InvalidObject", "VariantInvalid", "VariantConflict"]
         );
+    }
+
+    #[test]
+    fn a_base_not_allowed_here_is_its_own_reason() {
+        // R33: the message of a base the operator does not make in its namespace
+        let mut s = status(
+            &[("a", VariantState::Invalid, Some("not applied: why"))],
+            Some("base deployment not allowed here: why"),
+        );
+        s.conditions.push(crate::crd::Condition {
+            type_: "Ready".to_owned(),
+            status: "False".to_owned(),
+            reason: BASE_NOT_ALLOWED.to_owned(),
+            message: String::new(),
+            last_transition_time: "t".to_owned(),
+            observed_generation: None,
+        });
+        let reasons: Vec<&str> = problems(&s).iter().map(|p| p.reason).collect();
+        assert_eq!(reasons, [BASE_NOT_ALLOWED, "VariantInvalid"]);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::{
     lease,
     metrics::Metrics,
     shutdown::Shutdown,
+    variant::ServiceAccountRef,
 };
 
 /// Reconciles of one kind in flight at once. kube-runtime's default is unbounded: a restart
@@ -44,7 +45,6 @@ const RECONCILE_CONCURRENCY: u16 = 8;
 const RECONCILE_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub use reconcile::reconcile;
-pub use write::{DryRun, dry_run, refusal};
 
 /// How long a failed reconcile waits before it is retried.
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
@@ -72,6 +72,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether this replica is the leader: only the leader's reconciles act (R30).
     pub leader: watch::Receiver<bool>,
+    /// The operator's own ServiceAccount, when known: no Deployment it makes runs as it (R33).
+    pub own_account: Option<ServiceAccountRef>,
 }
 
 /// Builds the controller of kind `K` over the caches and the feeds that fill them. Returns
@@ -83,7 +85,7 @@ fn controller<K, S>(
     metrics: Arc<Metrics>,
     shutdown: S,
     leader: watch::Receiver<bool>,
-    instance: Option<String>,
+    who: Identity,
 ) -> impl Future<Output = ()> + use<K, S>
 where
     K: OwnerResource,
@@ -112,13 +114,14 @@ where
     }
 
     let context = Arc::new(Context {
-        events: events::Events::new(client.clone(), instance),
+        events: events::Events::new(client.clone(), who.instance),
         client,
         caches: caches.clone(),
         secrets: has_secrets.then(|| caches.secrets.clone()),
         announced: announce::Announced::default(),
         metrics: metrics.clone(),
         leader,
+        own_account: who.own_account,
     });
     let kind = K::KIND.kind();
     controller
@@ -227,9 +230,18 @@ fn error_policy<K: OwnerResource>(obj: Arc<K>, err: &Error, _ctx: Arc<Context>) 
     Action::requeue(RETRY_AFTER)
 }
 
+/// Who the operator is, to its controllers.
+#[derive(Clone, Debug, Default)]
+pub struct Identity {
+    /// This replica's name (`POD_NAME`), in the Events it publishes.
+    pub instance: Option<String>,
+    /// Its ServiceAccount (`POD_NAMESPACE`, `POD_SERVICE_ACCOUNT`), when known (R33).
+    pub own_account: Option<ServiceAccountRef>,
+}
+
 /// Builds both controllers over the caches and their feeds. Returns the future that runs them
-/// (and so fills the caches) until `shutdown` resolves. `instance` (`POD_NAME`) names this
-/// replica in the Events it publishes.
+/// (and so fills the caches) until `shutdown` resolves. `who` names this replica in the
+/// Events it publishes, and the ServiceAccount no Deployment it makes may run as.
 pub fn start(
     client: Client,
     caches: &Caches,
@@ -237,7 +249,7 @@ pub fn start(
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
     leader: watch::Receiver<bool>,
-    instance: Option<String>,
+    who: Identity,
 ) -> impl Future<Output = ()> + use<> {
     let run_md = controller::<MutantDeployment, _>(
         client.clone(),
@@ -246,7 +258,7 @@ pub fn start(
         metrics.clone(),
         shutdown.clone().wait(),
         leader.clone(),
-        instance.clone(),
+        who.clone(),
     );
     let run_mutations = controller::<Mutation, _>(
         client,
@@ -255,7 +267,7 @@ pub fn start(
         metrics,
         shutdown.wait(),
         leader,
-        instance,
+        who,
     );
     async move {
         futures::join!(run_md, run_mutations);

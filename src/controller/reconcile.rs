@@ -2,6 +2,9 @@
 //!
 //! 1. **secret** (Mutations): make sure the token's Secret exists and is this Mutation's;
 //! 2. **plan** (pure, [`variant::plan`]): the Deployment each declared variant should be;
+//!    then **pod security** ([`submit::pod_security::refusal`]): when their pod template breaks Pod
+//!    Security "baseline" in a namespace not labelled privileged, or runs as the operator's
+//!    own ServiceAccount, every variant is Invalid and nothing is applied for it (R33);
 //! 3. **observe**: this owner's Deployments, from the cache;
 //! 4. **resolve** (pure, [`variant::resolve`]) and **write**: create what the cache does not
 //!    know (looked up only when the server says the name is taken), apply what differs, prune
@@ -31,8 +34,9 @@ use super::{
     write::{self, WriteError},
 };
 use crate::{
-    Error, Result,
+    Result,
     crd::{OwnerKind, OwnerResource, OwnerStatus, Variant, VariantStatus},
+    submit,
     variant::{
         self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Refusal, Step,
     },
@@ -44,8 +48,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         // Garbage collection removes the Deployments and the Secret through ownerReferences.
         return Ok(Action::await_change());
     }
-    let owner = Owner::from_resource(K::KIND, obj.as_ref())
-        .map_err(|message| Error::MissingField(message, "name, namespace or uid"))?;
+    let owner = Owner::from_resource(K::KIND, obj.as_ref())?;
     let previous = obj.owner_status().cloned().unwrap_or_default();
 
     // A name too long to be a label value cannot be served: no Secret, no Deployment can carry
@@ -59,13 +62,24 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let observed = observe(&ctx, &owner);
     let mut created = Vec::new();
     let mut denied = false;
+    let mut not_allowed = None;
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
+            let planned = match refused(&ctx, &owner, &planned).await? {
+                None => planned,
+                Some(problem) => {
+                    // A namespace labelled privileged later is no event of this owner's.
+                    denied = true;
+                    let held = variant::hold_back(planned, &problem);
+                    not_allowed = Some(problem);
+                    held
+                }
+            };
             match converge(&ctx, &owner, obj.as_ref(), &parsed, planned, &observed).await? {
                 Converged::Applied(variants, new, refused) => {
                     created = new;
-                    denied = refused;
+                    denied |= refused;
                     (variants, None)
                 }
                 Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),
@@ -90,6 +104,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         secret,
         base_error: base_error.as_deref(),
         unservable: unservable.as_deref(),
+        not_allowed: not_allowed.as_deref(),
         problems,
         variants,
         now: &now,
@@ -103,7 +118,8 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         write_status::<K>(&ctx, &owner, &status).await?;
     }
     // A variant a quota or an admission policy refused is tried again sooner than the resync:
-    // freeing the quota or changing the policy is no event of this owner's (R35).
+    // freeing the quota or changing the policy is no event of this owner's (R35), and neither
+    // is labelling the namespace privileged (R33).
     Ok(Action::requeue(if denied {
         REFUSED_RETRY
     } else {
@@ -117,7 +133,7 @@ async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, 
     if owner.kind != OwnerKind::Mutation {
         return Ok((None, Vec::new()));
     }
-    let name = secret::secret_name(&owner.name);
+    let name = variant::secret_name(&owner.name);
     Ok(match secret::ensure(ctx, owner).await? {
         SecretState::Owned { .. } => (Some(name), Vec::new()),
         SecretState::Foreign => (
@@ -128,6 +144,17 @@ async fn ensure_secret(ctx: &Context, owner: &Owner) -> Result<(Option<String>, 
             )],
         ),
     })
+}
+
+/// Step 2, pod security (R33): why the operator does not make the Deployments of `planned`
+/// in the owner's namespace, if it does not.
+async fn refused(ctx: &Context, owner: &Owner, planned: &[Planned]) -> Result<Option<String>> {
+    let objects = planned.iter().filter_map(|p| match p {
+        Planned::Apply { object, .. } => Some(object),
+        _ => None,
+    });
+    let own = ctx.own_account.as_ref();
+    Ok(submit::pod_security::refusal(&ctx.client, own, &owner.namespace, objects).await?)
 }
 
 /// Step 3: the cached Deployments this owner controls, through the owner index.
@@ -185,7 +212,7 @@ async fn converge<K: OwnerResource>(
         if let (Step::Create, Planned::Apply { object, .. }) = (step, &planned) {
             written = write::create(ctx, &owner.namespace, object).await.map(Some);
             if let Err(WriteError::Refused(status)) = &written
-                && status.reason == "AlreadyExists"
+                && crate::status_is(status, 409, Some("AlreadyExists"))
             {
                 // The name is taken: someone else's Deployment (R9), or this owner's that the
                 // cache has not seen yet.
@@ -230,7 +257,8 @@ async fn converge<K: OwnerResource>(
                         ..Variant::default()
                     };
                     let bare = variant::build(base, owner, &alone);
-                    if let Some(reason) = write::refusal(&ctx.client, &owner.namespace, &bare).await
+                    if let Some(reason) =
+                        submit::refusal(&ctx.client, &owner.namespace, &bare).await
                     {
                         return Ok(Converged::BaseRejected(reason));
                     }

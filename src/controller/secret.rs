@@ -14,21 +14,13 @@ use kube::{
 use super::Context;
 use crate::{
     Error, Result,
-    variant::{KIND_LABEL, OWNER_LABEL, Owner, is_controlled_by},
+    variant::{KIND_LABEL, OWNER_LABEL, Owner, TOKEN_KEY, is_controlled_by, secret_name},
 };
-
-/// Key of the token in the Secret.
-pub const TOKEN_KEY: &str = "token";
-
-/// Name of a Mutation's Secret.
-pub fn secret_name(mutation: &str) -> String {
-    format!("{mutation}-secret")
-}
 
 /// 64 lower-case hex characters from 32 bytes of the OS random source.
 pub fn new_token() -> Result<String> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(Error::Random)?;
     Ok(bytes.iter().fold(String::with_capacity(64), |mut out, b| {
         out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
         out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
@@ -69,7 +61,7 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
                 tracing::info!(namespace = %owner.namespace, secret = %created.name_any(), "created the Mutation's Secret");
                 return Ok(SecretState::Owned { created: true });
             }
-            Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => {}
+            Err(err) if crate::already_exists(&err) => {}
             Err(err) => return Err(err.into()),
         }
         if let Some(existing) = api.get_metadata_opt(&name).await? {

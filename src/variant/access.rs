@@ -8,7 +8,7 @@
 //!   defaults and `spec.deviceAccess`;
 //! - [`device_may_add`] and [`device_may_scale`]: the checks of a token's request, each refusal
 //!   naming the variable or the bound; a variant's node labels, tolerations and containers are
-//!   checked by [`device_may_place`](super::placement::device_may_place) (R37);
+//!   checked by `placement::device_may_place` (R37);
 //! - [`literal_env_value`]: how a Mutation's env value is written into a Deployment so that
 //!   the kubelet passes it on as sent (no `$(VAR)` expansion).
 //!

@@ -32,8 +32,8 @@ const SERVER_ANNOTATIONS: [&str; 2] = [
 /// (even a `valueFrom` one); the others are appended in name order. A Mutation's values are
 /// written literal ([`literal_env_value`]: the kubelet does not expand `$(VAR)` in them); a
 /// MutantDeployment's, declared in git beside its base, as written. Its nodeSelector,
-/// tolerations and containers are merged over the pod template as
-/// [`placement::merge`](super::placement) says (R37). The variant is not validated here: see
+/// tolerations and containers are merged over the pod template as `placement::merge` says
+/// (R37). The variant is not validated here: see
 /// [`plan`].
 pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
     let ours = owner.labels(&v.label);

@@ -14,8 +14,10 @@ use crate::crd::{DeviceAccess, Resources, Toleration, Variant};
 
 mod check;
 
-pub(super) use check::{device_access_problems, placement_problems};
-pub use check::{is_label_key, is_quantity, known_containers, validate_containers};
+pub(crate) use check::validate_containers;
+pub(super) use check::{device_access_problems, known_containers, placement_problems};
+#[cfg(test)]
+pub(super) use check::{is_label_key, is_quantity};
 
 /// Merges `v`'s placement and containers into `pod`, the pod spec of its Deployment (R37):
 ///
@@ -146,7 +148,7 @@ fn same_toleration(item: &Value, t: &Toleration) -> bool {
 /// - a toleration only when its key is listed in `spec.deviceAccess.tolerations`; never one
 ///   without a key, which tolerates every taint;
 /// - `containers` never: which image runs, and with what resources, is the owner's.
-pub fn device_may_place(access: Option<&DeviceAccess>, v: &Variant) -> Result<(), String> {
+pub(super) fn device_may_place(access: Option<&DeviceAccess>, v: &Variant) -> Result<(), String> {
     if let Some(c) = v.containers.first() {
         return Err(format!(
             "containers ({:?}): a Mutation's token may never set a container's image or \

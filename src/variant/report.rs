@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use super::{
-    OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name, may_prune,
-    ready_condition, summary, variant_state,
+    BASE_NOT_ALLOWED, OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name,
+    may_prune, ready_condition, summary, variant_state,
 };
 use crate::crd::{OwnerStatus, Variant, VariantState, VariantStatus};
 
@@ -82,6 +82,9 @@ pub struct Findings<'a> {
     /// Why the operator cannot serve the owner at all (its name is too long to label what it
     /// would make), if so: nothing is made for it.
     pub unservable: Option<&'a str>,
+    /// Why the operator does not make the owner's Deployments in its namespace (R33: Pod
+    /// Security "baseline", its own ServiceAccount), if so: the variants are Invalid.
+    pub not_allowed: Option<&'a str>,
     /// Other problems of the owner as a whole (a foreign Secret).
     pub problems: Vec<String>,
     /// One status per declared variant, in spec order.
@@ -93,7 +96,10 @@ pub struct Findings<'a> {
 /// The owner's status (R3, R11): the summary, the Ready condition (its transition time kept
 /// while it does not change, so an unchanged status is equal and not written again: R12), and
 /// one message joining every object-level problem, an unservable name first, then the invalid
-/// base. An unservable owner's condition is False with reason `InvalidName`.
+/// or not allowed base. An unservable owner's condition is False with reason `InvalidName`; one
+/// whose base the operator does not make in its namespace, with reason [`BASE_NOT_ALLOWED`]
+/// (R33: the base is valid, so not `InvalidBase`; and every variant is held back for the same
+/// reason, not each for its own, as `VariantsNotApplied` would say).
 pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
     let previous_ready = found
         .previous
@@ -109,8 +115,17 @@ pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
     );
     if found.unservable.is_some() {
         condition.reason = "InvalidName".to_owned();
+    } else if let Some(problem) = found.not_allowed
+        && found.base_error.is_none()
+        && condition.status == "False"
+    {
+        condition.reason = BASE_NOT_ALLOWED.to_owned();
+        condition.message = format!("{}: {problem}", condition.message);
     }
     let mut messages = found.problems;
+    if let Some(problem) = found.not_allowed {
+        messages.insert(0, format!("base deployment not allowed here: {problem}"));
+    }
     if let Some(problem) = found.base_error {
         messages.insert(0, format!("invalid base deployment: {problem}"));
     }

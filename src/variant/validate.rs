@@ -116,6 +116,14 @@ pub fn deployment_name(base: &str, label: &str) -> String {
     format!("{base}-{label}")
 }
 
+/// The name of a Mutation's Secret: `<name>-secret` (R13).
+pub fn secret_name(mutation: &str) -> String {
+    format!("{mutation}-secret")
+}
+
+/// The key of the token in a Mutation's Secret.
+pub const TOKEN_KEY: &str = "token";
+
 /// Checks a list of variants as the controller will (R8), that no label is given twice and
 /// that there are at most [`MAX_VARIANTS`]: what the HTTP API accepts. The first problem found
 /// is reported, with its variant.
@@ -145,7 +153,7 @@ pub fn check_variant_count(count: usize) -> Result<(), String> {
 /// Checks one variant against the rules of R8 and the hard maxima of the CRD (R32): label,
 /// Deployment name length, every env name, the number of env entries and the length of their
 /// names and values, instances, and its placement and containers (R37; not whether the base
-/// has the containers it names: [`known_containers`](super::placement::known_containers)). All
+/// has the containers it names: `placement::known_containers`). All
 /// problems are reported, joined with `"; "`.
 pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
     let mut problems = Vec::new();

@@ -97,23 +97,12 @@ pub async fn send_raw(port: u16, raw: &[u8]) -> Reply {
     parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
 }
 
-/// [`request_with`] from loopback address `source` (127.0.0.x), as another client machine
-/// would.
-#[allow(clippy::too_many_arguments, reason = "a request, spelled out")]
-pub async fn request_from(
-    source: std::net::Ipv4Addr,
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> Reply {
+/// [`send_raw`] from loopback address `source` (127.0.0.x), as another client machine would.
+pub async fn send_raw_from(source: std::net::Ipv4Addr, port: u16, raw: &[u8]) -> Reply {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind((source, 0).into()).unwrap();
     let stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
-    let raw = raw_request(port, method, path, token, headers, body);
-    let text = exchange_on(stream, &raw).await;
+    let text = exchange_on(stream, raw).await;
     parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
 }
 

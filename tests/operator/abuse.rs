@@ -122,16 +122,10 @@ async fn wrong_tokens_from_one_client_do_not_spend_the_checks_of_another() {
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     let path = format!("/api/v1/namespaces/{ns}/mutations/guess-{worker}-{i}");
-                    let reply = common::http::request_from(
-                        Ipv4Addr::new(127, 0, 0, 2),
-                        b,
-                        "GET",
-                        &path,
-                        Some(&random_token()),
-                        &[],
-                        None,
-                    )
-                    .await;
+                    let token = random_token();
+                    let raw = common::http::raw_request(b, "GET", &path, Some(&token), &[], None);
+                    let reply =
+                        common::http::send_raw_from(Ipv4Addr::new(127, 0, 0, 2), b, &raw).await;
                     assert_eq!(reply.status, 401, "{reply:?}");
                     sent.fetch_add(1, Ordering::Relaxed);
                 }

@@ -41,18 +41,26 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     f.wait_status::<Mutation>("m", "2/3", |s| s.summary == "2/3 variants ready")
         .await;
 
-    // What Prometheus sends gets OpenMetrics.
-    let reply = common::http::request_with(
-        port,
-        "GET",
-        "/metrics",
-        None,
-        &[(
-            "Accept",
-            "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
-        )],
-        None,
-    )
+    // What Prometheus sends gets OpenMetrics. The gauges come from the watch caches, which
+    // follow the statuses just read from the API server within moments: wait for what they
+    // must show (issue 27, item 7), then check the rest on that answer.
+    let accept =
+        "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    let reply = wait_for("the gauges to follow the statuses", CONVERGE, || async {
+        let reply =
+            common::http::request_with(port, "GET", "/metrics", None, &[("Accept", accept)], None)
+                .await;
+        let s = samples(&reply.body);
+        let states = (
+            s.get("mutant_operator_mutation_variants{state=\"Ready\"}")
+                .copied(),
+            s.get("mutant_operator_mutation_variants{state=\"Conflict\"}")
+                .copied(),
+        );
+        (states == (Some(2.0), Some(1.0)))
+            .then_some(reply)
+            .ok_or(format!("Ready, Conflict: {states:?}"))
+    })
     .await;
     assert_eq!(reply.status, 200);
     assert!(
@@ -241,28 +249,28 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     .await;
     f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
         .await;
-    let after = samples(
-        &common::http::request(port, "GET", "/metrics", None, None)
-            .await
-            .body,
-    );
-    assert!(
-        value(
-            &after,
-            "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}"
-        ) > before
-    );
-    assert_eq!(
-        value(&after, "mutant_operator_variants{kind=\"Mutation\"}"),
-        1.0
-    );
-    assert_eq!(
-        value(
-            &after,
-            "mutant_operator_mutation_variants{state=\"Conflict\"}"
-        ),
-        0.0
-    );
+    // The gauges come from the watch caches, which follow the status just read from the API
+    // server within moments: wait for what they must converge to, never read them once (on
+    // k3s's kine/SQLite the Conflict gauge was still 1.0 at the first read; issue 27).
+    let ok = "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}";
+    let variants = "mutant_operator_variants{kind=\"Mutation\"}";
+    let conflict = "mutant_operator_mutation_variants{state=\"Conflict\"}";
+    wait_for("the metrics to follow the status", CONVERGE, || async {
+        let after = samples(
+            &common::http::request(port, "GET", "/metrics", None, None)
+                .await
+                .body,
+        );
+        let seen = (
+            value(&after, ok),
+            value(&after, variants),
+            value(&after, conflict),
+        );
+        (seen.0 > before && seen.1 == 1.0 && seen.2 == 0.0)
+            .then_some(())
+            .ok_or(format!("reconciled ok, variants, conflicts: {seen:?}"))
+    })
+    .await;
 
     // R26: probes on the same listener; the API's port does not serve them.
     assert_eq!(

@@ -20,7 +20,7 @@ fn ok(output: &std::process::Output, what: &str) -> String {
 }
 
 /// A kubeconfig for the cluster in KUBECONFIG that authenticates with `token` instead.
-fn kubeconfig_with_token(token: &str, path: &std::path::Path) {
+pub fn kubeconfig_with_token(token: &str, path: &std::path::Path) {
     let source = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test cluster");
     let mut config: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
@@ -48,6 +48,11 @@ async fn the_operator_runs_with_its_service_account() {
         .then(|| common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRole>::new("mutantops"));
     let _binding = (!existed("clusterrolebinding", "mutantops")).then(|| {
         common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::new("mutantops")
+    });
+    // R33: the roles aggregated into the built-in edit, admin and view.
+    let _aggregated = ["mutantops-edit", "mutantops-view"].map(|name| {
+        (!existed("clusterrole", name))
+            .then(|| common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRole>::new(name))
     });
     // The namespace first, so the dry run can place the namespaced objects in it.
     let _ = kubectl(&["create", "namespace", "mutants"]);
@@ -93,6 +98,8 @@ async fn the_operator_runs_with_its_service_account() {
         &["get", "leases.coordination.k8s.io", "-n", "mutants"],
         &["create", "leases.coordination.k8s.io", "-n", "mutants"],
         &["update", "leases.coordination.k8s.io", "-n", "mutants"],
+        // R33: a namespace's pod-security.kubernetes.io/enforce label, read by name.
+        &["get", "namespaces/default"],
     ] {
         assert_eq!(can(allowed), "yes", "the operator needs: {allowed:?}");
     }
@@ -108,6 +115,9 @@ async fn the_operator_runs_with_its_service_account() {
         &["update", "leases.coordination.k8s.io", "-n", "default"],
         &["delete", "leases.coordination.k8s.io", "-n", "mutants"],
         &["list", "leases.coordination.k8s.io", "-n", "mutants"],
+        &["list", "namespaces"],
+        &["watch", "namespaces"],
+        &["update", "namespaces/default"],
     ] {
         assert_eq!(
             can(denied),
@@ -141,6 +151,7 @@ async fn the_operator_runs_with_its_service_account() {
             // As in the cluster: the Lease in the operator's namespace, the only one its Role
             // covers. Short, so a Lease left by an earlier (killed) run expires quickly.
             ("POD_NAMESPACE", "mutants"),
+            ("POD_SERVICE_ACCOUNT", "mutantops"),
             ("MUTANT_LEASE_DURATION_SECONDS", "4"),
         ],
     );

@@ -60,19 +60,12 @@ async fn read_with_budget<S: AsyncReadExt + Unpin>(stream: &mut S) -> (String, S
     (head, String::from_utf8(body).unwrap())
 }
 
-/// Sends one HTTP/1.1 request (`Connection: close`) and reads it with the budget.
-async fn budgeted(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> (u16, String) {
-    let raw = common::http::raw_request(port, method, path, token, headers, body);
+/// Sends one request's bytes (from `common::http::raw_request`) and reads the answer with the
+/// budget: its status and head.
+async fn budgeted(port: u16, raw: &[u8]) -> (u16, String) {
     assert!(raw.len() <= 1024, "a device's request stays small");
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    stream.write_all(&raw).await.unwrap();
+    stream.write_all(raw).await.unwrap();
     let (head, _) = read_with_budget(&mut stream).await;
     (head[9..12].parse().unwrap(), head)
 }
@@ -108,7 +101,10 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     let create = json!({"name": "snap", "deployment": base("snap"),
                         "variants": [{"label": "radxa", "instances": 0}]})
     .to_string();
-    let (status, _) = budgeted(port, "POST", &p(""), Some(ADMIN), &[], Some(&create)).await;
+    let raw = |method, path: &str, token, headers: &[(&str, &str)], body: Option<&str>| {
+        common::http::raw_request(port, method, path, token, headers, body)
+    };
+    let (status, _) = budgeted(port, &raw("POST", &p(""), Some(ADMIN), &[], Some(&create))).await;
     assert_eq!(status, 201);
     let token = f.token("snap").await;
     let device = Some(token.as_str());
@@ -153,7 +149,8 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     ];
     let mut routes = BTreeSet::new();
     for (method, path, token, headers, body, want) in &cases {
-        let (status, head) = budgeted(port, method, path, *token, headers, body.as_deref()).await;
+        let (status, head) =
+            budgeted(port, &raw(method, path, *token, headers, body.as_deref())).await;
         assert_eq!(status, *want, "{method} {path}: {head}");
         println!(
             "{method} {} -> {status}: head {} bytes",
@@ -184,7 +181,8 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     let no_cache = [("Cache-Control", "no-cache")];
     let mut limited = None;
     for _ in 0..40 {
-        let (status, head) = budgeted(port, "GET", &p("/snap"), device, &no_cache, None).await;
+        let (status, head) =
+            budgeted(port, &raw("GET", &p("/snap"), device, &no_cache, None)).await;
         if status == 429 {
             limited = Some(head);
             break;

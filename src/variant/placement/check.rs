@@ -36,7 +36,7 @@ fn is_label_name(s: &str) -> bool {
 
 /// Whether `s` is a label key (Kubernetes' "qualified name"): `[prefix/]name`, the prefix a
 /// DNS-1123 subdomain. Node labels, taint keys and resource names are all of this form.
-pub fn is_label_key(s: &str) -> bool {
+pub(in crate::variant) fn is_label_key(s: &str) -> bool {
     match s.split_once('/') {
         Some((prefix, name)) => {
             !prefix.is_empty() && is_dns1123_subdomain(prefix) && is_label_name(name)
@@ -61,10 +61,10 @@ fn number_len(b: &[u8]) -> Option<usize> {
     (whole + fraction > 0).then_some(whole + 1 + fraction)
 }
 
-/// Whether `s` is a Kubernetes quantity ([`QUANTITY_PATTERN`](crate::crd::placement::QUANTITY_PATTERN)):
+/// Whether `s` is a Kubernetes quantity (the CRD schema's `QUANTITY_PATTERN`):
 /// a signed number and a suffix, binary (`Ki` .. `Ei`), decimal (`n`, `u`, `m`, `k`, `M` ..
 /// `E`) or an exponent (`e3`, `E-2`).
-pub fn is_quantity(s: &str) -> bool {
+pub(in crate::variant) fn is_quantity(s: &str) -> bool {
     let unsigned = |b: &[u8]| match b.first() {
         Some(b'+' | b'-') => b.get(1..).unwrap_or_default().to_vec(),
         _ => b.to_vec(),
@@ -216,7 +216,7 @@ fn cut(s: &str) -> String {
 /// Checks that each container `v` changes is a container of `base` (a base Deployment as
 /// JSON: its pod template's `containers`) (R37). Err names the first that is not, with the
 /// base's container names.
-pub fn known_containers(base: &Value, v: &Variant) -> Result<(), String> {
+pub(in crate::variant) fn known_containers(base: &Value, v: &Variant) -> Result<(), String> {
     let names: Vec<&str> = base
         .pointer("/spec/template/spec/containers")
         .and_then(Value::as_array)
@@ -240,7 +240,7 @@ pub fn known_containers(base: &Value, v: &Variant) -> Result<(), String> {
 
 /// [`known_containers`] for each of `variants`, as the HTTP API checks what it is sent: Err
 /// names the first variant and container the base does not have.
-pub fn validate_containers(base: &Value, variants: &[Variant]) -> Result<(), String> {
+pub(crate) fn validate_containers(base: &Value, variants: &[Variant]) -> Result<(), String> {
     variants.iter().try_for_each(|v| {
         known_containers(base, v).map_err(|e| format!("variant {:?}: {e}", v.label))
     })

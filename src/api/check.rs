@@ -1,0 +1,92 @@
+//! The checks of a create or an added variant with the API server before anything is stored
+//! (R24, R33, R35): what Pod Security lets the namespace run, and a dry run of each variant's
+//! Deployment.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Api, runtime::reflector::ObjectRef};
+
+use super::{error::ApiError, state::ApiState};
+use crate::{
+    crd::{OwnerKind, Variant},
+    submit::{DryRun, dry_run, pod_security},
+    variant::{Base, ObservedDeployment, Owner, deployment_name, foreign},
+};
+
+/// Asks the API server, without writing anything, whether it would accept the Deployment of
+/// each of `variants` (a dry-run create with strict field validation, answered by code), and
+/// answers with the server's message for the first it refuses (R24, R35): 403 when the server
+/// said 403 (a ResourceQuota, an admission policy), else 400 (a malformed object, a
+/// ValidatingAdmissionPolicy's 422). A base or variant the server refuses is refused up front
+/// rather than reported in status later. A variant whose Deployment name is taken by someone
+/// else's Deployment answers 409 (R9, issue 25), when that is known: from the caches (a
+/// Deployment generated for another owner), or from the dry run (the name is taken: then its
+/// metadata is read). When the server cannot say, the write goes ahead and the controller
+/// reports what happens.
+///
+/// First, what the operator does not make (R33): a base whose pod template breaks Pod
+/// Security "baseline", unless the namespace is labelled privileged (read from the API server
+/// only then), or runs as the operator's own ServiceAccount, is 400 naming the fields.
+pub async fn check_with_server(
+    state: &ApiState,
+    owner: &Owner,
+    base: &Base,
+    variants: &[Variant],
+) -> Result<(), ApiError> {
+    let built: Vec<_> = variants
+        .iter()
+        .map(|v| crate::variant::build(base, owner, v))
+        .collect();
+    let deployments = std::iter::once(base.value()).chain(&built);
+    let own = state.own_account.as_ref();
+    if let Some(problem) =
+        pod_security::refusal(&state.client, own, &owner.namespace, deployments).await?
+    {
+        return Err(ApiError::bad_request(problem));
+    }
+    for (variant, object) in variants.iter().zip(&built) {
+        let name = deployment_name(base.name(), &variant.label);
+        let taken = |meta: &ObjectMeta| {
+            foreign(meta, owner).filter(|f| !f.passing).map(|f| {
+                ApiError::conflict(format!(
+                    "variant {:?}: Deployment {name:?} already exists and {}; it is not \
+                         this Mutation's and is left alone: choose another label",
+                    variant.label, f.by
+                ))
+            })
+        };
+        let key = ObjectRef::new(&name).within(&owner.namespace);
+        for kind in [OwnerKind::Mutation, OwnerKind::MutantDeployment] {
+            if let Some(cached) = state.caches.deployments(kind).store.get(&key)
+                && let Some(conflict) = taken(&cached.metadata)
+            {
+                return Err(conflict);
+            }
+        }
+        match dry_run(&state.client, &owner.namespace, object).await {
+            DryRun::Refused { code, message, .. } => {
+                let message = format!(
+                    "variant {:?}: rejected by the Kubernetes API: {message}",
+                    variant.label
+                );
+                // The server's 403 (a quota, an admission policy) is the caller's 403 (R35);
+                // its 400 or 422 (a malformed object, or an admission policy's denial) is 400.
+                return Err(if code == 403 {
+                    ApiError::forbidden(message)
+                } else {
+                    ApiError::bad_request(message)
+                });
+            }
+            DryRun::Taken => {
+                let api: Api<ObservedDeployment> =
+                    Api::namespaced(state.client.clone(), &owner.namespace);
+                if let Ok(Some(existing)) = api.get_metadata_opt(&name).await
+                    && let Some(conflict) = taken(&existing.metadata)
+                {
+                    return Err(conflict);
+                }
+            }
+            DryRun::Accepted | DryRun::Unknown => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! The Pod Security Standards' "baseline" level, read off a pod template (R33): every field
+//! by which a pod template breaks it, each named by its path, and whether a pod template names
+//! the operator's own ServiceAccount.
+//!
+//! The controls are those of the Kubernetes Pod Security Standards (baseline), as the
+//! built-in PodSecurity admission checks them: host namespaces, privileged containers, added
+//! capabilities beyond the default set, hostPath volumes, host ports, `/proc` mount type,
+//! seccomp, AppArmor (fields and the older annotations), SELinux, sysctls outside the safe
+//! set, and Windows HostProcess. Every container list is checked alike: `initContainers`,
+//! `containers` and `ephemeralContainers`.
+//!
+//! The template is read as raw JSON, as it will be sent, so a field unknown to the compiled
+//! k8s-openapi version is still seen. A value of an unexpected JSON type counts as unset:
+//! [`Base::parse`](super::Base::parse) has already refused any base the API server would not
+//! decode.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// The capabilities a container may add under baseline (the container runtimes' default set).
+pub const ALLOWED_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// The sysctls a pod may set under baseline: the ones Kubernetes counts as safe (namespaced,
+/// isolated between pods).
+pub const SAFE_SYSCTLS: [&str; 10] = [
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// The SELinux types a pod or container may ask for under baseline.
+pub const SELINUX_TYPES: [&str; 4] = [
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// The annotation prefix of the older, per-container AppArmor setting.
+const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The container lists of a pod spec, each checked alike.
+const CONTAINER_LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+
+/// What a message shows of a value written by the user, at most.
+const SHOWN: usize = 64;
+
+/// One field of a pod template that is not allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// Its path, e.g. `deployment.spec.template.spec.containers[app].securityContext.privileged`.
+    pub field: String,
+    /// What it holds and what is allowed instead.
+    pub problem: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+/// Every way the pod template `template` (a PodTemplateSpec as JSON, found at path `at`, e.g.
+/// `deployment.spec.template`) breaks the "baseline" level of the Pod Security Standards, in
+/// the order of the template. Empty for a template that meets it.
+pub fn baseline_findings(template: &Value, at: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let pod = template.get("spec").unwrap_or(&Value::Null);
+    let spec = format!("{at}.spec");
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        if is_true(pod.get(field)) {
+            out.push(unset_or_false(format!("{spec}.{field}")));
+        }
+    }
+    if let Some(sc) = pod.get("securityContext") {
+        let here = format!("{spec}.securityContext");
+        shared_controls(sc, &here, &mut out);
+        for (i, sysctl) in items(sc.get("sysctls")) {
+            let name = sysctl.get("name").and_then(Value::as_str).unwrap_or("");
+            if !SAFE_SYSCTLS.contains(&name) {
+                out.push(Finding {
+                    field: format!("{here}.sysctls[{}]", key(sysctl, i)),
+                    problem: format!(
+                        "{}, not one of the safe sysctls baseline allows",
+                        shown_str(name)
+                    ),
+                });
+            }
+        }
+    }
+    for (i, volume) in items(pod.get("volumes")) {
+        if volume.get("hostPath").is_some_and(|v| !v.is_null()) {
+            out.push(Finding {
+                field: format!("{spec}.volumes[{}].hostPath", key(volume, i)),
+                problem: "a hostPath volume, which baseline does not allow".to_owned(),
+            });
+        }
+    }
+    for list in CONTAINER_LISTS {
+        for (i, container) in items(pod.get(list)) {
+            let here = format!("{spec}.{list}[{}]", key(container, i));
+            container_controls(container, &here, &mut out);
+        }
+    }
+    let annotations = template.pointer("/metadata/annotations");
+    for (name, value) in annotations.and_then(Value::as_object).into_iter().flatten() {
+        let Some(container) = name.strip_prefix(APPARMOR_ANNOTATION) else {
+            continue;
+        };
+        let profile = value.as_str().unwrap_or("");
+        if !(profile.is_empty()
+            || profile == "runtime/default"
+            || profile.starts_with("localhost/"))
+        {
+            out.push(Finding {
+                field: format!(
+                    "{at}.metadata.annotations[{APPARMOR_ANNOTATION}{}]",
+                    shown(container)
+                ),
+                problem: format!(
+                    "{}; baseline allows runtime/default, localhost/* or unset",
+                    shown_str(profile)
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// The controls of one container's `securityContext` and `ports`, the container at `at`.
+fn container_controls(container: &Value, at: &str, out: &mut Vec<Finding>) {
+    for (i, port) in items(container.get("ports")) {
+        if let Some(host_port) = port.get("hostPort").and_then(Value::as_i64)
+            && host_port != 0
+        {
+            out.push(Finding {
+                field: format!("{at}.ports[{i}].hostPort"),
+                problem: format!("{host_port}; baseline allows 0 or unset"),
+            });
+        }
+    }
+    let Some(sc) = container.get("securityContext") else {
+        return;
+    };
+    let here = format!("{at}.securityContext");
+    if is_true(sc.get("privileged")) {
+        out.push(unset_or_false(format!("{here}.privileged")));
+    }
+    let added: Vec<String> = sc
+        .pointer("/capabilities/add")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| c.as_str().unwrap_or(""))
+        .filter(|c| !ALLOWED_CAPABILITIES.contains(c))
+        .map(shown)
+        .collect();
+    if !added.is_empty() {
+        out.push(Finding {
+            field: format!("{here}.capabilities.add"),
+            problem: format!(
+                "adds {}, beyond the capabilities baseline allows",
+                added.join(", ")
+            ),
+        });
+    }
+    if let Some(mount) = sc.get("procMount").and_then(Value::as_str)
+        && mount != "Default"
+    {
+        out.push(Finding {
+            field: format!("{here}.procMount"),
+            problem: format!("{}; baseline allows Default or unset", shown_str(mount)),
+        });
+    }
+    shared_controls(sc, &here, out);
+}
+
+/// The controls a pod's and a container's `securityContext` (`sc`, at `at`) share: seccomp,
+/// AppArmor, SELinux and Windows HostProcess.
+fn shared_controls(sc: &Value, at: &str, out: &mut Vec<Finding>) {
+    for profile in ["seccompProfile", "appArmorProfile"] {
+        if let Some(kind) = sc
+            .pointer(&format!("/{profile}/type"))
+            .and_then(Value::as_str)
+            && !matches!(kind, "RuntimeDefault" | "Localhost" | "")
+        {
+            out.push(Finding {
+                field: format!("{at}.{profile}.type"),
+                problem: format!(
+                    "{}; baseline allows RuntimeDefault, Localhost or unset",
+                    shown_str(kind)
+                ),
+            });
+        }
+    }
+    let selinux = sc.get("seLinuxOptions").unwrap_or(&Value::Null);
+    if let Some(kind) = selinux.get("type").and_then(Value::as_str)
+        && !(kind.is_empty() || SELINUX_TYPES.contains(&kind))
+    {
+        out.push(Finding {
+            field: format!("{at}.seLinuxOptions.type"),
+            problem: format!(
+                "{}; baseline allows {} or unset",
+                shown_str(kind),
+                SELINUX_TYPES.join(", ")
+            ),
+        });
+    }
+    for field in ["user", "role"] {
+        if let Some(value) = selinux.get(field).and_then(Value::as_str)
+            && !value.is_empty()
+        {
+            out.push(Finding {
+                field: format!("{at}.seLinuxOptions.{field}"),
+                problem: format!("{}; baseline allows it only unset", shown_str(value)),
+            });
+        }
+    }
+    if is_true(sc.pointer("/windowsOptions/hostProcess")) {
+        out.push(unset_or_false(format!("{at}.windowsOptions.hostProcess")));
+    }
+}
+
+/// The operator's own ServiceAccount: a Deployment the operator makes never runs as it (R33).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceAccountRef {
+    /// Its namespace (`POD_NAMESPACE`).
+    pub namespace: String,
+    /// Its name (`POD_SERVICE_ACCOUNT`).
+    pub name: String,
+}
+
+/// Whether the pod template `template` (at path `at`), to run in `namespace`, would run as the
+/// operator's own ServiceAccount `own`: it names it in `serviceAccountName` or the deprecated
+/// `serviceAccount`, or names none while the operator's is its namespace's `default`. A
+/// ServiceAccount name is local to its namespace, so only a template in the operator's own
+/// namespace can.
+pub fn own_account_finding(
+    template: &Value,
+    at: &str,
+    namespace: &str,
+    own: &ServiceAccountRef,
+) -> Option<Finding> {
+    if namespace != own.namespace {
+        return None;
+    }
+    let spec = format!("{at}.spec");
+    let named = |field: &str| {
+        template
+            .pointer(&format!("/spec/{field}"))
+            .and_then(Value::as_str)
+            .filter(|name| !name.is_empty())
+    };
+    let problem = format!(
+        "{:?} is the operator's own ServiceAccount, which nothing the operator makes may run as",
+        own.name
+    );
+    for field in ["serviceAccountName", "serviceAccount"] {
+        if named(field) == Some(own.name.as_str()) {
+            return Some(Finding {
+                field: format!("{spec}.{field}"),
+                problem,
+            });
+        }
+    }
+    let unnamed = named("serviceAccountName").is_none() && named("serviceAccount").is_none();
+    (unnamed && own.name == "default").then(|| Finding {
+        field: format!("{spec}.serviceAccountName"),
+        problem: format!("unset, so the pods would run as {problem}"),
+    })
+}
+
+/// The items of a JSON array, with their indexes; nothing for anything else.
+fn items(list: Option<&Value>) -> impl Iterator<Item = (usize, &Value)> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
+/// How a list item is named in a path: its `name` when that is short and plain, else its index.
+fn key(item: &Value, index: usize) -> String {
+    match item.get("name").and_then(Value::as_str) {
+        Some(name) if is_plain(name) => name.to_owned(),
+        _ => index.to_string(),
+    }
+}
+
+/// At most [`SHOWN`] characters of letters, digits, `-`, `_`, `.` and `/`.
+fn is_plain(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().count() <= SHOWN
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+/// A value written by the user, as a message shows it: as it is when plain, else quoted and
+/// escaped (JSON), cut to [`SHOWN`] characters.
+fn shown(s: &str) -> String {
+    if is_plain(s) {
+        return s.to_owned();
+    }
+    let cut: String = s.chars().take(SHOWN).collect();
+    let more = if cut.len() < s.len() { "..." } else { "" };
+    format!("{}{more}", Value::from(cut))
+}
+
+/// [`shown`], always quoted.
+fn shown_str(s: &str) -> String {
+    let shown = shown(s);
+    if shown.starts_with('"') {
+        shown
+    } else {
+        format!("\"{shown}\"")
+    }
+}
+
+fn is_true(v: Option<&Value>) -> bool {
+    v.and_then(Value::as_bool) == Some(true)
+}
+
+/// A boolean field that baseline allows only false or unset, set to true.
+fn unset_or_false(field: String) -> Finding {
+    Finding {
+        field,
+        problem: "true; baseline allows false or unset".to_owned(),
+    }
+}

@@ -1,0 +1,135 @@
+//! What the operator refuses to make (R33): a Deployment whose pod template breaks Pod
+//! Security "baseline" ([`baseline_findings`]), unless its namespace opts in the Kubernetes way
+//! (label `pod-security.kubernetes.io/enforce: privileged`), and one that runs as the
+//! operator's own ServiceAccount ([`own_account_finding`]), in any namespace.
+//!
+//! A [`Review`] collects the findings of the Deployments an owner would make. Only when it
+//! has baseline findings does the caller read the namespace's labels (a GET, never a watch or
+//! a cache); [`Review::refusal`] then gives the message of the refusal, naming the fields and
+//! saying how to opt in, or `None` when the Deployments may be made; [`hold_back`] turns the
+//! planned variants Invalid with it.
+
+use serde_json::Value;
+
+use super::Planned;
+use super::baseline::{Finding, ServiceAccountRef, baseline_findings, own_account_finding};
+
+/// The namespace label by which Kubernetes' Pod Security admission is told what to enforce.
+pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// The value of [`ENFORCE_LABEL`] that lets a namespace hold what baseline forbids.
+pub const PRIVILEGED: &str = "privileged";
+
+/// The Ready condition's reason (and the owner Event's) when the operator refuses to make the
+/// owner's Deployments: the base is valid, but not allowed in its namespace.
+pub const BASE_NOT_ALLOWED: &str = "BaseNotAllowed";
+
+/// How many findings a message lists; it says how many more there are.
+const LISTED: usize = 5;
+
+/// What the operator learned of a namespace's opt-in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamespaceLabel {
+    /// The namespace was read: the value of its [`ENFORCE_LABEL`], if any.
+    Read(Option<String>),
+    /// The namespace could not be read, for the reason given (the operator may not: a
+    /// namespace-scoped install without `get` on namespaces). It counts as not opted in.
+    Unreadable(String),
+}
+
+/// The findings of the Deployments an owner would make in one namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Review {
+    /// Every way their pod templates break baseline, without repeats.
+    pub baseline: Vec<Finding>,
+    /// Where a pod template would run as the operator's own ServiceAccount.
+    pub own_account: Option<Finding>,
+}
+
+impl Review {
+    /// Reviews `deployments` (each a Deployment as JSON, its pod template at
+    /// `spec.template`), to be made in `namespace`; `own` is the operator's ServiceAccount,
+    /// when known. Findings repeated across the Deployments (every variant shares the base's
+    /// template) are listed once.
+    pub fn of<'a>(
+        deployments: impl IntoIterator<Item = &'a Value>,
+        namespace: &str,
+        own: Option<&ServiceAccountRef>,
+    ) -> Review {
+        const AT: &str = "deployment.spec.template";
+        let mut review = Review::default();
+        for deployment in deployments {
+            let template = deployment.pointer("/spec/template").unwrap_or(&Value::Null);
+            for finding in baseline_findings(template, AT) {
+                if !review.baseline.contains(&finding) {
+                    review.baseline.push(finding);
+                }
+            }
+            if review.own_account.is_none() {
+                review.own_account =
+                    own.and_then(|own| own_account_finding(template, AT, namespace, own));
+            }
+        }
+        review
+    }
+
+    /// Whether the namespace's labels decide: there are baseline findings, and nothing that is
+    /// refused whatever the labels say.
+    pub fn needs_namespace(&self) -> bool {
+        self.own_account.is_none() && !self.baseline.is_empty()
+    }
+
+    /// Why the Deployments may not be made in namespace `namespace`, whose opt-in is `label`
+    /// (read only when [`Review::needs_namespace`]; `None` otherwise): the operator's own
+    /// ServiceAccount in any namespace, baseline findings unless the namespace is labelled
+    /// privileged. `None` when they may be made.
+    pub fn refusal(&self, namespace: &str, label: Option<&NamespaceLabel>) -> Option<String> {
+        if let Some(finding) = &self.own_account {
+            return Some(format!("{finding}; refused in every namespace"));
+        }
+        if self.baseline.is_empty() {
+            return None;
+        }
+        let state = match label {
+            Some(NamespaceLabel::Read(Some(level))) if level == PRIVILEGED => return None,
+            Some(NamespaceLabel::Read(Some(level))) => {
+                format!("namespace {namespace:?} is labelled {ENFORCE_LABEL}={level:?}")
+            }
+            Some(NamespaceLabel::Read(None)) | None => {
+                format!("namespace {namespace:?} has no {ENFORCE_LABEL} label")
+            }
+            Some(NamespaceLabel::Unreadable(why)) => format!(
+                "the operator could not read namespace {namespace:?} ({why}), so it counts as \
+                 not labelled; an operator installed for one namespace needs get on it"
+            ),
+        };
+        let mut listed: Vec<String> = self
+            .baseline
+            .iter()
+            .take(LISTED)
+            .map(Finding::to_string)
+            .collect();
+        if self.baseline.len() > LISTED {
+            listed.push(format!("and {} more", self.baseline.len() - LISTED));
+        }
+        Some(format!(
+            "the pod template breaks Pod Security \"baseline\": {}; the operator makes such a \
+             Deployment only in a namespace labelled {ENFORCE_LABEL}={PRIVILEGED}, and {state}",
+            listed.join("; ")
+        ))
+    }
+}
+
+/// The planned variants when the operator refuses their Deployments for `problem` (from
+/// [`Review::refusal`]): every one to apply becomes Invalid with it, so nothing is applied for
+/// it, while its Deployment (if one runs) is not pruned either; Invalid and Conflict variants
+/// keep their own reason.
+pub fn hold_back(planned: Vec<Planned>, problem: &str) -> Vec<Planned> {
+    planned
+        .into_iter()
+        .map(|p| match p {
+            Planned::Apply { .. } => p.into_invalid(format!("not applied: {problem}")),
+            other => other,
+        })
+        .collect()
+}

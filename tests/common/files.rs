@@ -1,0 +1,38 @@
+//! What the tests that read the repository's own files share: where it is, reading a file
+//! of it, and the operator's metric names in a PromQL expression. A module of its own (not
+//! part of `common`), so the tests that need only this include only this.
+#![allow(dead_code, reason = "each test that includes this uses part of it")]
+
+use std::{collections::BTreeSet, path::PathBuf};
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The text of `path`, relative to the repository's root; a missing file fails the test,
+/// naming it.
+pub fn read(path: &str) -> String {
+    let path = repo().join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The operator's metric names (`mutant_operator_*`, `process_*`) in a PromQL expression,
+/// outside quoted strings (label values).
+pub fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut unquoted = String::with_capacity(expr.len());
+    let mut quote = None;
+    for c in expr.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if matches!(c, '"' | '\'' | '`') => quote = Some(c),
+            None => unquoted.push(c),
+        }
+    }
+    unquoted
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| word.starts_with("mutant_operator_") || word.starts_with("process_"))
+        .map(str::to_string)
+        .collect()
+}
