@@ -247,9 +247,12 @@ async fn http_1_0_clients_work_with_and_without_keep_alive() {
     assert!(body.contains("960x540"), "{body}");
 }
 
-/// A TCP proxy to 127.0.0.1:`upstream` that records the length of every TLS record the server
-/// sends. Returns its port and the lengths seen so far.
-async fn record_meter(upstream: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<usize>>>) {
+/// TLS records seen: (content type, length).
+type Records = std::sync::Arc<std::sync::Mutex<Vec<(u8, usize)>>>;
+
+/// A TCP proxy to 127.0.0.1:`upstream` that records the content type and length of every TLS
+/// record the server sends. Returns its port and the records seen so far.
+async fn record_meter(upstream: u16) -> (u16, Records) {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -271,7 +274,7 @@ async fn record_meter(upstream: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Ve
                     if server_read.read_exact(&mut record).await.is_err() {
                         break;
                     }
-                    lengths.lock().unwrap().push(length);
+                    lengths.lock().unwrap().push((header[0], length));
                     if client_write.write_all(&header).await.is_err()
                         || client_write.write_all(&record).await.is_err()
                     {
@@ -400,9 +403,37 @@ async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
         "the answer spans several records: {}",
         body.len()
     );
-    let largest = records.lock().unwrap().iter().copied().max().unwrap();
+    let largest = records.lock().unwrap().iter().map(|r| r.1).max().unwrap();
     println!("largest TLS record: {largest} bytes");
     // 4 KiB of plaintext, and what AES-GCM adds in TLS 1.2 (nonce and tag).
     assert!(largest <= 4096 + 64, "a record of {largest} bytes");
+
+    // A small answer is one record: head and body in one buffer, one encryption.
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = client
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap();
+    records.lock().unwrap().clear();
+    let raw = common::http::raw_request(
+        port,
+        "GET",
+        &format!("{path}/snap/variants/absent"),
+        Some(ADMIN),
+        &[],
+        None,
+    );
+    tls.write_all(&raw).await.unwrap();
+    let (head, _) = read_with_budget(&mut tls).await;
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    // Application data is content type 23.
+    let answer: Vec<usize> = records
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.0 == 23)
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(answer.len(), 1, "one record for a small answer: {answer:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
