@@ -10,7 +10,7 @@
 //!   what the server holds.
 //! - One that exists and differs is server-side applied; one that matches is left alone.
 //! - A write the server refuses as malformed raises the question whose fault it is: the same
-//!   variant without its own env, at 0 instances, is the base alone ([`bare_variant`]). When
+//!   variant without its own env, placement and containers, at 0 instances, is the base alone ([`bare_variant`]). When
 //!   the server refuses that too, the base is at fault (R10) and nothing is applied or pruned;
 //!   otherwise only this variant is `Invalid`. A policy's refusal (a quota, an admission
 //!   policy) is this variant's alone (R35).
@@ -131,12 +131,12 @@ fn from_step(step: Step) -> Next {
     }
 }
 
-/// The variant `label` without anything of its own (no env, 0 instances): built, it is the
-/// base alone, which the blame probe dry-runs (R10).
+/// The variant `label` without anything of its own (no env, placement or containers, 0
+/// instances): built, it is the base alone, which the blame probe dry-runs (R10).
 pub fn bare_variant(label: &str) -> Variant {
     Variant {
         label: label.to_string(),
-        env: Default::default(),
         instances: 0,
+        ..Variant::default()
     }
 }

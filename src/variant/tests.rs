@@ -11,6 +11,8 @@ mod access;
 mod baseline;
 mod build;
 mod converge;
+mod placement;
+mod placement_checks;
 mod pod_security;
 mod refusal;
 mod report;
