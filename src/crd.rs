@@ -21,12 +21,14 @@ mod embedded;
 pub(crate) mod fixtures;
 pub mod limits;
 mod owner;
+mod placement;
 mod service;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
+pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use service::{
     MAX_SERVICE_PORTS, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantService,
     VariantServicePort,
@@ -34,7 +36,8 @@ pub use service::{
 
 use crate::{Error, Result};
 
-/// A variant of the base Deployment: its own label, extra environment and replica count.
+/// A variant of the base Deployment: its own label, extra environment and replica count, and
+/// where and with what images and resources its pods run when it says so.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Variant {
@@ -56,10 +59,45 @@ pub struct Variant {
     #[serde(default = "default_instances")]
     #[schemars(default = "default_instances", range(max = 1000))]
     pub instances: i32,
+
+    /// Node labels the variant's pods must run on, merged over the base's nodeSelector (a key
+    /// here replaces the base's value of that key). At most 64 entries.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "placement::node_selector_schema")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Tolerations added to the base's (one the base has already is not repeated). At most 64.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub tolerations: Vec<Toleration>,
+
+    /// Image and resources of containers of the base, by container name. A Mutation's token
+    /// may never set them. At most 64.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
+    pub containers: Vec<ContainerOverride>,
 }
 
 fn default_instances() -> i32 {
     1
+}
+
+impl Default for Variant {
+    /// A variant that changes nothing but its label: no env, one instance, the base's
+    /// placement, images and resources (what a spec entry of only a label decodes to).
+    fn default() -> Self {
+        Variant {
+            label: String::new(),
+            env: BTreeMap::new(),
+            instances: default_instances(),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            containers: Vec::new(),
+        }
+    }
 }
 
 /// Desired state of a MutantDeployment: a base Deployment and the variants to run of it.
@@ -213,10 +251,10 @@ pub struct MutationSpec {
     pub variants: Vec<Variant>,
 
     /// What the Mutation's own token (its devices) may ask of the variants: which env names,
-    /// how many instances, variants and env entries, how long a value. Absent: the defaults
-    /// (any env name but those that change how a process loads or starts; 10 instances, 20
-    /// variants, 32 env entries, values of 4096 characters). The admin token is not bound by
-    /// it.
+    /// how many instances, variants and env entries, how long a value, which node labels and
+    /// taints. Absent: the defaults (any env name but those that change how a process loads or
+    /// starts; 10 instances, 20 variants, 32 env entries, values of 4096 characters; no node
+    /// labels, no tolerations). The admin token is not bound by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_access: Option<DeviceAccess>,
 

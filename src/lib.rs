@@ -65,6 +65,10 @@ pub enum Error {
     /// Serialising an object failed.
     #[error("serialize")]
     Serialize(#[source] serde_yaml::Error),
+
+    /// A step of the operator's own logic ended where it cannot (a defect, named).
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -101,7 +105,8 @@ impl Error {
             | Error::KubeConfig { .. }
             | Error::Io(_)
             | Error::Serialize(_)
-            | Error::Random(_) => "client",
+            | Error::Random(_)
+            | Error::Internal(_) => "client",
         }
     }
 }

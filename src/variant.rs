@@ -12,6 +12,8 @@
 //! - **own**: [`may_prune`], [`foreign`] and [`Planned::check_existing`] decide which
 //!   Deployments are ours to delete or overwrite (R6, R9);
 //! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
+//! - **placement**: `placement` merges a variant's nodeSelector, tolerations, images and
+//!   resources over the base, checks them, and bounds what a token may set of them (R37);
 //! - **pod security**: [`baseline_findings`] lists how a pod template breaks Pod Security
 //!   "baseline", and a [`Review`] of an owner's Deployments says whether the operator may make
 //!   them in their namespace, and why not (R33);
@@ -38,7 +40,9 @@ use crate::crd::OwnerKind;
 pub mod access;
 mod baseline;
 mod build;
+pub mod converge;
 mod observed;
+pub(crate) mod placement;
 mod pod_security;
 mod refusal;
 mod report;
@@ -59,7 +63,7 @@ pub use pod_security::{
     BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
 };
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
-pub use report::{Findings, held_statuses, owner_status, stale};
+pub use report::{Findings, Stale, held_statuses, owner_status, stale};
 pub use service::{
     ObservedService, PortView, ServiceView, build_service, resolve_service, serves,
     service_needs_apply, service_ports, service_status, services_column, validate_service,

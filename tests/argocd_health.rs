@@ -221,6 +221,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
             label: v.label.clone(),
             env: [("FEATURE".to_owned(), v.label.clone())].into(),
             instances: v.replicas,
+            ..Variant::default()
         })
         .collect();
     let mut m = Mutation::new(

@@ -221,6 +221,7 @@ const ROOMS: &[(&str, &[&str])] = &[(
     "api",
     &[
         "routes",
+        "placement",
         "json",
         "auth",
         "budget",

@@ -8,9 +8,11 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{
-    DeviceAccess, EmbeddedJson, Mutation, ServicePortSpec, ServiceProtocol, ServiceSpec,
-    ServiceType, Variant, VariantStatus,
+    ContainerOverride, DeviceAccess, EmbeddedJson, Mutation, ServicePortSpec, ServiceProtocol,
+    ServiceSpec, ServiceType, Toleration, Variant, VariantStatus,
 };
+
+use super::placement::{ContainerRequest, TolerationRequest};
 
 /// `POST .../mutations`.
 #[derive(Deserialize, Debug)]
@@ -50,6 +52,12 @@ pub struct DeviceAccessRequest {
     /// [`DeviceAccess::max_value_length`].
     #[serde(default)]
     pub max_value_length: Option<i32>,
+    /// [`DeviceAccess::node_selector`].
+    #[serde(default)]
+    pub node_selector: Vec<String>,
+    /// [`DeviceAccess::tolerations`].
+    #[serde(default)]
+    pub tolerations: Vec<String>,
 }
 
 impl From<DeviceAccessRequest> for DeviceAccess {
@@ -60,6 +68,8 @@ impl From<DeviceAccessRequest> for DeviceAccess {
             max_variants: r.max_variants,
             max_env: r.max_env,
             max_value_length: r.max_value_length,
+            node_selector: r.node_selector,
+            tolerations: r.tolerations,
         }
     }
 }
@@ -131,6 +141,15 @@ pub struct VariantRequest {
     /// Replica count; 1 when left out, as in the CRD.
     #[serde(default = "one")]
     pub instances: i32,
+    /// Node labels the variant's pods must run on (R37).
+    #[serde(default, rename = "nodeSelector")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations added to the base's (R37).
+    #[serde(default)]
+    pub tolerations: Vec<TolerationRequest>,
+    /// Image and resources of containers of the base (R37).
+    #[serde(default)]
+    pub containers: Vec<ContainerRequest>,
 }
 
 fn one() -> i32 {
@@ -143,6 +162,13 @@ impl From<VariantRequest> for Variant {
             label: r.label,
             env: r.env,
             instances: r.instances,
+            node_selector: r.node_selector,
+            tolerations: r.tolerations.into_iter().map(Toleration::from).collect(),
+            containers: r
+                .containers
+                .into_iter()
+                .map(ContainerOverride::from)
+                .collect(),
         }
     }
 }
@@ -165,6 +191,15 @@ pub struct VariantView {
     pub env: BTreeMap<String, String>,
     /// Its replica count.
     pub instances: i32,
+    /// Its node labels (R37); left out when it has none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Its tolerations; left out when it has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Its containers' images and resources; left out when it changes none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerOverride>,
     /// Whether the API may change it (false for an Argo CD synced Mutation without
     /// runtime variants).
     pub read_only: bool,
@@ -211,6 +246,9 @@ pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView> {
         label: v.label.clone(),
         env: v.env.clone(),
         instances: v.instances,
+        node_selector: v.node_selector.clone(),
+        tolerations: v.tolerations.clone(),
+        containers: v.containers.clone(),
         read_only: m.variants_read_only(),
         status: variant_status(m, index, &v.label),
     })
@@ -246,6 +284,7 @@ mod tests {
                 label: "beta".into(),
                 env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),
                 instances: 2,
+                ..Variant::default()
             }],
         )
     }
@@ -348,5 +387,66 @@ mod tests {
         assert!(bad_type.is_err());
         let empty: ServiceRequest = serde_json::from_str("{}").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ServiceSpec::from(empty), ServiceSpec::default());
+    }
+
+    // R37, R24: the request's placement and containers are the CRD's fields, typos refused.
+    #[test]
+    fn a_request_carries_placement_and_refuses_typos() {
+        let sent = json!({
+            "label": "radxa-8-hd",
+            "env": {"SNAP_RES": "1280x800"},
+            "nodeSelector": {"kubernetes.io/arch": "arm64"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "snap", "image": "snap:2", "resources": {
+                "limits": {"memory": "64Mi", "cpu": 1}}}]
+        });
+        let request: VariantRequest =
+            serde_json::from_value(sent.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let v = Variant::from(request);
+        assert_eq!(v.node_selector["kubernetes.io/arch"], "arm64");
+        assert_eq!(v.tolerations[0].effect, "NoSchedule");
+        assert_eq!(v.containers[0].image.as_deref(), Some("snap:2"));
+        // the API answers the variant as it is stored, with the new fields
+        let m = fixtures::mutation("browser-snap", vec![v]);
+        let view = serde_json::to_value(variant_view(&m, 0)).unwrap_or_default();
+        assert_eq!(view["nodeSelector"], sent["nodeSelector"]);
+        assert_eq!(view["tolerations"], sent["tolerations"]);
+        assert_eq!(
+            view["containers"],
+            json!([{"name": "snap", "image": "snap:2", "resources": {
+                "limits": {"cpu": "1", "memory": "64Mi"}}}])
+        );
+        // and leaves them out when the variant sets none
+        let plain = fixtures::mutation("web", vec![fixtures::variant("beta", &[], 1)]);
+        let view = serde_json::to_value(variant_view(&plain, 0)).unwrap_or_default();
+        for field in ["nodeSelector", "tolerations", "containers"] {
+            assert!(view.get(field).is_none(), "{field}: {view}");
+        }
+        for (typo, field) in [
+            (json!({"label": "a", "nodeselector": {}}), "nodeselector"),
+            (
+                json!({"label": "a", "tolerations": [{"keys": "x"}]}),
+                "keys",
+            ),
+            (
+                json!({"label": "a", "containers": [{"name": "x", "img": "y"}]}),
+                "img",
+            ),
+            (
+                json!({"label": "a", "containers": [{"name": "x", "resources": {"limit": {}}}]}),
+                "limit",
+            ),
+        ] {
+            let e = serde_json::from_value::<VariantRequest>(typo).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("unknown field `{field}`")),
+                "{e}"
+            );
+        }
+        let e = serde_json::from_value::<VariantRequest>(
+            json!({"label": "a", "containers": [{"image": "y"}]}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("missing field `name`"), "{e}");
     }
 }

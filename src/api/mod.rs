@@ -20,6 +20,7 @@ mod error;
 mod fresh;
 mod json;
 mod mutations;
+mod placement;
 pub mod routes;
 mod state;
 mod variants;

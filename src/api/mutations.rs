@@ -23,8 +23,8 @@ use crate::{
     crd::{DeviceAccess, EmbeddedJson, Mutation, MutationSpec, OwnerKind, ServiceSpec, Variant},
     http,
     variant::{
-        Base, Owner, access::validate_device_access, build_service, validate_mutation_name,
-        validate_variants,
+        Base, Owner, access::validate_device_access, build_service, placement::validate_containers,
+        validate_mutation_name, validate_variants,
     },
 };
 
@@ -66,6 +66,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
     }
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
     validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;
+    validate_containers(&body.deployment, &variants).map_err(ApiError::bad_request)?;
     // The Mutation has no uid yet: its Deployments are checked with a placeholder reference.
     let owner = Owner {
         kind: OwnerKind::Mutation,

@@ -24,7 +24,9 @@ use crate::{
     variant::{
         Base, Owner,
         access::{device_may_add, device_may_scale},
-        check_variant_count, validate_variants,
+        check_variant_count,
+        placement::validate_containers,
+        validate_variants,
     },
 };
 
@@ -64,8 +66,9 @@ pub async fn get(
     Ok(http::json(StatusCode::OK, &view))
 }
 
-/// `POST .../variants` `{label, env, instances}`: 201, 400 when invalid, 403 when a Mutation's
-/// token asks what its owner does not allow (R32) or the API server's dry run answers 403 (a
+/// `POST .../variants` `{label, env, instances, nodeSelector, tolerations, containers}`: 201,
+/// 400 when invalid (a container the base does not have too), 403 when a Mutation's token asks
+/// what its owner does not allow (R32, R37) or the API server's dry run answers 403 (a
 /// quota, an admission policy: R35), 409 when the label is taken, its Deployment name belongs
 /// to someone else, or the Mutation is read-only.
 pub async fn add(
@@ -79,6 +82,11 @@ pub async fn add(
     let variant = Variant::from(body);
     validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
         .map_err(ApiError::bad_request)?;
+    let known = |m: &Mutation| {
+        validate_containers(&m.spec.deployment.value(), std::slice::from_ref(&variant))
+            .map_err(ApiError::bad_request)
+    };
+    known(&cached)?;
     // Checked on the cached Mutation first, so that a refused request costs no request to the
     // API server, then again in the edit, on the Mutation as read from the API server.
     device_check(caller, &cached, &variant)?;
@@ -96,6 +104,7 @@ pub async fn add(
             )));
         }
         check_variant_count(m.spec.variants.len() + 1).map_err(ApiError::bad_request)?;
+        known(m)?;
         device_check(caller, m, &variant)?;
         let mut variants = m.spec.variants.clone();
         variants.push(variant.clone());

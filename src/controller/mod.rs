@@ -11,6 +11,7 @@ mod events;
 mod reconcile;
 pub mod secret;
 mod services;
+mod tell;
 mod write;
 
 use std::{sync::Arc, time::Duration};

@@ -20,7 +20,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
@@ -33,14 +33,16 @@ use super::{
     events::EventType,
     secret::{self, SecretState},
     services,
+    tell::{Created, announce_created, announce_problems, deployment_ref, publish},
     write::{self, WriteError},
 };
 use crate::{
     Result,
-    crd::{OwnerKind, OwnerResource, OwnerStatus, Variant, VariantStatus},
+    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantStatus},
     submit,
     variant::{
-        self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned, Refusal, Step,
+        self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned,
+        converge::{self, Done, Next, Outcome},
     },
 };
 
@@ -176,22 +178,16 @@ fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
 /// How step 4 ended.
 enum Converged {
     /// Every valid variant is applied and the stale ones pruned: the variants' statuses, the
-    /// Deployments created (label, name), and whether a policy of the cluster (a quota, an
+    /// Deployments created, and whether a policy of the cluster (a quota, an
     /// admission policy) refused a variant, which is then Invalid (R35).
-    Applied(Vec<VariantStatus>, Vec<(String, String)>, bool),
+    Applied(Vec<VariantStatus>, Vec<Created>, bool),
     /// The API server refused the first write for a reason of the object itself: the base is
     /// at fault, and nothing was applied or pruned (R10).
     BaseRejected(String),
 }
 
 /// Step 4: writes every planned variant whose Deployment is missing or differs from what is
-/// declared, then prunes the Deployments of variants no longer declared.
-///
-/// A variant whose Deployment the cache does not know is created with a POST, without asking
-/// first: in the common case (a new variant) the name is free, and one request does it. Only
-/// when the server answers that the name is taken (409) is the Deployment looked up, to tell
-/// someone else's (a Conflict, R9) from this owner's not cached yet. One that exists is
-/// server-side applied ([`apply`]).
+/// declared ([`write_variant`]), then prunes the Deployments of variants no longer declared.
 async fn converge<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
@@ -206,85 +202,154 @@ async fn converge<K: OwnerResource>(
     let mut declared = BTreeSet::new();
     let mut denied = false;
 
-    for mut planned in planned {
+    for planned in planned {
         declared.insert(planned.name().to_string());
         // What observe found of this name; anything else of that name is looked up (R9).
-        let mut current = observed
+        let cached = observed
             .iter()
             .find(|d| d.metadata.name.as_deref() == Some(planned.name()))
             .cloned();
-        let mut step = variant::resolve(&planned, current.as_deref(), owner, false);
-        let mut written = Ok(None);
-        if let (Step::Create, Planned::Apply { object, .. }) = (step, &planned) {
-            written = write::create(ctx, &owner.namespace, object).await.map(Some);
-            if let Err(WriteError::Refused(status)) = &written
-                && crate::status_is(status, 409, Some("AlreadyExists"))
-            {
-                // The name is taken: someone else's Deployment (R9), or this owner's that the
-                // cache has not seen yet.
-                (step, written) = (Step::LookUp, Ok(None));
+        match write_variant(ctx, &api, owner, base, planned, cached).await? {
+            Written::Reported {
+                status,
+                created: new,
+            } => {
+                created.extend(new);
+                statuses.push(status);
             }
-        }
-        if step == Step::LookUp {
-            current = api.get_opt(planned.name()).await?.map(Arc::new);
-            planned = planned.check_existing(current.as_ref().map(|d| &d.metadata), owner);
-            step = variant::resolve(&planned, current.as_deref(), owner, true);
-        }
-        if let (Step::Write, Planned::Apply { name, object, .. }) = (step, &planned) {
-            written = write::apply(ctx, &api, name, object, current.as_deref())
-                .await
-                .map(Some);
-        }
-        match written {
-            Ok(None) => {}
-            Ok(Some(deployment)) => {
-                if step == Step::Create
-                    && let Planned::Apply { label, name, .. } = &planned
-                {
-                    created.push((label.clone(), name.clone()));
-                }
-                current = Some(Arc::new(deployment));
+            Written::Refused {
+                status,
+                denied: by_policy,
+            } => {
+                denied |= by_policy;
+                statuses.push(status);
             }
-            Err(WriteError::Refused(status)) => {
-                let Planned::Apply { label, object, .. } = &planned else {
-                    return Err(kube::Error::Api(status).into());
-                };
-                let (refusal, message) =
-                    write::rejection(ctx, &owner.namespace, object, status).await?;
-                // A malformed Deployment: whose fault? The same variant without its own env,
-                // at 0 instances, is the base alone. When the server refuses that too, the
-                // base is at fault (R10): nothing is applied or pruned. A policy's refusal (a
-                // quota, an admission policy) is this variant's alone (R35): the others are
-                // applied and pruned, and the status says why this one is not.
-                if refusal == Refusal::Malformed {
-                    let alone = Variant {
-                        label: label.clone(),
-                        env: Default::default(),
-                        instances: 0,
-                    };
-                    let bare = variant::build(base, owner, &alone);
-                    if let Some(reason) =
-                        submit::refusal(&ctx.client, &owner.namespace, &bare).await
-                    {
-                        return Ok(Converged::BaseRejected(reason));
-                    }
-                }
-                denied |= refusal == Refusal::Denied;
-                let message = format!("rejected by the API server: {message}");
-                statuses.push(planned.into_invalid(message).status(None));
-                continue;
-            }
-            Err(WriteError::Failed(err)) => return Err(err),
+            Written::BaseRejected(reason) => return Ok(Converged::BaseRejected(reason)),
         }
-        let own = current
-            .as_deref()
-            .filter(|d| variant::may_prune(&d.metadata, owner));
-        statuses.push(planned.status(own));
     }
 
     let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
     prune(ctx, owner, obj, &api, stale).await?;
     Ok(Converged::Applied(statuses, created, denied))
+}
+
+/// How one variant's writes ended ([`write_variant`]).
+enum Written {
+    /// Its status, and the Deployment it created, if any.
+    Reported {
+        status: VariantStatus,
+        created: Option<Created>,
+    },
+    /// Refused by the API server: `Invalid`; `denied` by a policy of the cluster (R35).
+    Refused { status: VariantStatus, denied: bool },
+    /// The base is at fault (R10).
+    BaseRejected(String),
+}
+
+/// Carries out step 4's step machine ([`converge::next`]) for one variant: each request it
+/// asks for, and what that came to, fed back; the decisions are all in `variant::converge`.
+async fn write_variant(
+    ctx: &Context,
+    api: &Api<ObservedDeployment>,
+    owner: &Owner,
+    base: &Base,
+    mut planned: Planned,
+    mut current: Option<Arc<ObservedDeployment>>,
+) -> Result<Written> {
+    let mut next = converge::start(&planned, current.as_deref(), owner);
+    let mut created = false;
+    let mut failure = None;
+    let done = loop {
+        let outcome = match (&next, &planned) {
+            (Next::Done(done), _) => break done.clone(),
+            (Next::Create, Planned::Apply { object, .. }) => {
+                match write::create(ctx, &owner.namespace, object).await {
+                    Ok(made) => {
+                        (current, created) = (Some(Arc::new(made)), true);
+                        Outcome::Created
+                    }
+                    Err(WriteError::Refused(status))
+                        if crate::status_is(&status, 409, Some("AlreadyExists")) =>
+                    {
+                        // Someone else's Deployment (R9), or this owner's not cached yet.
+                        Outcome::NameTaken
+                    }
+                    Err(err) => write_refused(ctx, owner, object, err, &mut failure).await,
+                }
+            }
+            (Next::LookUp, _) => {
+                current = api.get_opt(planned.name()).await?.map(Arc::new);
+                planned = planned.check_existing(current.as_ref().map(|d| &d.metadata), owner);
+                Outcome::LookedUp
+            }
+            (Next::Apply, Planned::Apply { name, object, .. }) => {
+                match write::apply(ctx, api, name, object, current.as_deref()).await {
+                    Ok(written) => {
+                        current = Some(Arc::new(written));
+                        Outcome::Applied
+                    }
+                    Err(err) => write_refused(ctx, owner, object, err, &mut failure).await,
+                }
+            }
+            (Next::ProbeBase { .. }, _) => {
+                let bare = variant::build(base, owner, &converge::bare_variant(planned.label()));
+                Outcome::BaseProbed(submit::refusal(&ctx.client, &owner.namespace, &bare).await)
+            }
+            // Only a variant that can be applied is written.
+            (Next::Create | Next::Apply, _) => Outcome::Failed,
+        };
+        next = converge::next(&next, outcome, &planned, current.as_deref(), owner);
+    };
+    Ok(match done {
+        Done::Reported => {
+            let own = current
+                .as_deref()
+                .filter(|d| variant::may_prune(&d.metadata, owner));
+            Written::Reported {
+                status: planned.status(own),
+                created: created.then(|| Created {
+                    label: planned.label().to_string(),
+                    deployment: planned.name().to_string(),
+                }),
+            }
+        }
+        Done::Refused { message, denied } => Written::Refused {
+            status: planned
+                .into_invalid(format!("rejected by the API server: {message}"))
+                .status(None),
+            denied,
+        },
+        Done::BaseRejected(reason) => Written::BaseRejected(reason),
+        Done::Failed => {
+            return Err(failure.unwrap_or_else(|| {
+                crate::Error::Internal(format!(
+                    "variant {:?}: its writes ended in failure with no error to report",
+                    planned.label()
+                ))
+            }));
+        }
+    })
+}
+
+/// What a failed write of `object` came to: the server's refusal of the object, told by
+/// [`write::rejection`], or a failure to retry (kept in `failure` for the reconcile to return).
+async fn write_refused(
+    ctx: &Context,
+    owner: &Owner,
+    object: &serde_json::Value,
+    err: WriteError,
+    failure: &mut Option<crate::Error>,
+) -> Outcome {
+    let outcome = match err {
+        WriteError::Refused(status) => write::rejection(ctx, &owner.namespace, object, status)
+            .await
+            .map(|(refusal, message)| Outcome::Refused(refusal, message)),
+        WriteError::Failed(err) => Err(err),
+    };
+    outcome.unwrap_or_else(|err| {
+        *failure = Some(err);
+        Outcome::Failed
+    })
 }
 
 /// Deletes `stale` Deployments (R6), each with a uid precondition so a Deployment re-created
@@ -294,9 +359,9 @@ async fn prune<K: OwnerResource>(
     owner: &Owner,
     obj: &K,
     api: &Api<ObservedDeployment>,
-    stale: Vec<(String, Option<String>)>,
+    stale: Vec<variant::Stale>,
 ) -> Result<()> {
-    for (name, uid) in stale {
+    for variant::Stale { name, uid } in stale {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid,
@@ -335,85 +400,4 @@ async fn write_status<K: OwnerResource>(
     api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
         .await?;
     Ok(())
-}
-
-/// One `VariantCreated` Event for the Deployments this reconcile created (R26): one per
-/// reconcile, not one per variant, so a new owner of many variants costs one Event. The
-/// Deployment is its related object when there is one.
-async fn announce_created<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    obj: &K,
-    created: &[(String, String)],
-) {
-    let (note, related) = match created {
-        [] => return,
-        [(label, name)] => (
-            format!("created Deployment {name} for variant {label}"),
-            Some(deployment_ref(&owner.namespace, name)),
-        ),
-        many => {
-            let list: Vec<String> = many
-                .iter()
-                .map(|(label, name)| format!("{name} (variant {label})"))
-                .collect();
-            (
-                format!("created {} Deployments: {}", many.len(), list.join(", ")),
-                None,
-            )
-        }
-    };
-    publish(ctx, obj, EventType::Normal, "VariantCreated", note, related).await;
-}
-
-/// Events for variants that became Invalid or Conflict, and for an object-level problem
-/// (invalid base, foreign Secret): once per change, not once per resync (R26).
-async fn announce_problems<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    obj: &K,
-    previous: &OwnerStatus,
-    status: &OwnerStatus,
-) {
-    for problem in ctx.announced.fresh(&owner.uid, previous, status) {
-        let related = problem
-            .deployment
-            .as_deref()
-            .map(|d| deployment_ref(&owner.namespace, d));
-        publish(
-            ctx,
-            obj,
-            EventType::Warning,
-            problem.reason,
-            problem.note,
-            related,
-        )
-        .await;
-    }
-}
-
-/// A reference to a variant's Deployment (which may not exist), the Event's related object,
-/// so that `kubectl events` shows which variant an Event is about.
-fn deployment_ref(namespace: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("apps/v1".to_string()),
-        kind: Some("Deployment".to_string()),
-        name: Some(name.to_string()),
-        namespace: Some(namespace.to_string()),
-        ..ObjectReference::default()
-    }
-}
-
-/// Publishes an Event on the owner; a failure is logged, never fails the reconcile.
-async fn publish<K: OwnerResource>(
-    ctx: &Context,
-    obj: &K,
-    type_: EventType,
-    reason: &str,
-    note: String,
-    related: Option<ObjectReference>,
-) {
-    ctx.events
-        .publish(obj.object_ref(&()), type_, reason, note, related)
-        .await;
 }

@@ -18,7 +18,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::{Context, events::EventType, write};
+use super::{Context, events::EventType, tell, write};
 use crate::{
     Result,
     crd::{OwnerResource, VariantService, VariantState, VariantStatus},
@@ -202,9 +202,9 @@ async fn prune<K: OwnerResource>(
     ctx: &Context,
     obj: &K,
     api: &Api<ObservedService>,
-    stale: Vec<(String, Option<String>)>,
+    stale: Vec<variant::Stale>,
 ) -> Result<()> {
-    for (name, uid) in stale {
+    for variant::Stale { name, uid } in stale {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid,
@@ -222,15 +222,8 @@ async fn prune<K: OwnerResource>(
                     ..ObjectReference::default()
                 };
                 let note = format!("deleted Service {name}: no declared variant has it");
-                ctx.events
-                    .publish(
-                        obj.object_ref(&()),
-                        EventType::Normal,
-                        "ServicePruned",
-                        note,
-                        Some(related),
-                    )
-                    .await;
+                let related = Some(related);
+                tell::publish(ctx, obj, EventType::Normal, "ServicePruned", note, related).await;
             }
             // Already gone, or replaced by another object of that name: nothing to prune.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}

@@ -31,6 +31,7 @@ pub(crate) fn variant(label: &str, env: &[(&str, &str)], instances: i32) -> Vari
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
         instances,
+        ..Variant::default()
     }
 }
 

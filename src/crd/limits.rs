@@ -16,6 +16,21 @@ pub const MAX_ENV: usize = 256;
 pub const MAX_ENV_NAME: usize = 128;
 /// Longest env value, in characters (`maxLength` in the schema, which counts characters).
 pub const MAX_ENV_VALUE: usize = 32 * 1024;
+/// Most entries of a variant's `nodeSelector` (`maxProperties`; R37).
+pub const MAX_NODE_SELECTOR: usize = 64;
+/// Most tolerations a variant adds (`maxItems`).
+pub const MAX_TOLERATIONS: usize = 64;
+/// Most containers a variant changes (`maxItems`).
+pub const MAX_CONTAINERS: usize = 64;
+/// Longest image a variant gives a container, in characters (`maxLength`).
+pub const MAX_IMAGE: usize = 1024;
+/// Most resource names in a container's `limits`, and in its `requests` (`maxProperties`).
+pub const MAX_RESOURCES: usize = 32;
+/// Longest label key (node labels, taint keys, resource names): a DNS subdomain prefix of at
+/// most 253 characters, '/', and a name of at most 63.
+pub const MAX_LABEL_KEY: usize = 317;
+/// Longest label value (node labels, taint values).
+pub const MAX_LABEL_VALUE: usize = 63;
 
 /// What a Mutation's own token may ask when its owner says nothing else: sized for a fleet of
 /// boards, each registering a variant or two.
@@ -62,6 +77,19 @@ pub struct DeviceAccess {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 32768))]
     pub max_value_length: Option<i32>,
+
+    /// The node label keys the token may set in a variant's nodeSelector, to any value.
+    /// Absent or empty: none; the token's variants run where the base's pods run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 317)))]
+    pub node_selector: Vec<String>,
+
+    /// The taint keys the token may tolerate in a variant's tolerations. Absent or
+    /// empty: none. A toleration without a key, which tolerates every taint, is never the
+    /// token's to send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 317)))]
+    pub tolerations: Vec<String>,
 }
 
 /// The schema of a variant's `env`: a map of strings, with the hard maxima of its size, its

@@ -7,7 +7,8 @@
 //! - [`DeviceLimits`]: the bounds (instances, variants, env entries, value length), from the
 //!   defaults and `spec.deviceAccess`;
 //! - [`device_may_add`] and [`device_may_scale`]: the checks of a token's request, each refusal
-//!   naming the variable or the bound;
+//!   naming the variable or the bound; a variant's node labels, tolerations and containers are
+//!   checked by `placement::device_may_place` (R37);
 //! - [`literal_env_value`]: how a Mutation's env value is written into a Deployment so that
 //!   the kubelet passes it on as sent (no `$(VAR)` expansion).
 //!
@@ -144,8 +145,9 @@ pub fn value_from_names(base: &Value) -> BTreeSet<String> {
 }
 
 /// Whether a Mutation's token may add `variant` to a Mutation of base `base` (as JSON) and
-/// `access`, which has `variants` variants now (R32). Err is the message of a 403, naming the
-/// variable or the bound. The variant is otherwise valid (`validate_variant`).
+/// `access`, which has `variants` variants now (R32), with the placement it asks for (R37). Err
+/// is the message of a 403, naming the variable, the field or the bound. The variant is
+/// otherwise valid (`validate_variant`).
 pub fn device_may_add(
     base: &Value,
     access: Option<&DeviceAccess>,
@@ -155,6 +157,7 @@ pub fn device_may_add(
     let limits = DeviceLimits::of(access);
     let set = |f: fn(&DeviceAccess) -> bool| access.is_some_and(f);
     device_may_scale(access, variant.instances)?;
+    super::placement::device_may_place(access, variant)?;
     if variants >= limits.variants {
         return Err(format!(
             "variants: the Mutation has {variants}; a Mutation's token may add one only while it \
@@ -267,6 +270,7 @@ pub fn validate_device_access(access: &DeviceAccess) -> Result<(), String> {
     {
         problems.push(format!("deviceAccess.env: more than {MAX_ENV} names"));
     }
+    super::placement::device_access_problems(access, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::access::literal_env_value;
+use super::placement::known_containers;
 use super::validate::{deployment_name, unservable_name, validate_variant};
 use super::{Base, HASH_ANNOTATION, ObservedDeployment, Owner, is_controlled_by, variant_state};
 use crate::crd::{OwnerKind, Variant, VariantState, VariantStatus};
@@ -30,8 +31,10 @@ const SERVER_ANNOTATIONS: [&str; 2] = [
 /// containers) a variant variable replaces each base entry of the same name in place, whole
 /// (even a `valueFrom` one); the others are appended in name order. A Mutation's values are
 /// written literal ([`literal_env_value`]: the kubelet does not expand `$(VAR)` in them); a
-/// MutantDeployment's, declared in git beside its base, as written. The variant is not
-/// validated here: see [`plan`].
+/// MutantDeployment's, declared in git beside its base, as written. Its nodeSelector,
+/// tolerations and containers are merged over the pod template as `placement::merge` says
+/// (R37). The variant is not validated here: see
+/// [`plan`].
 pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
     let ours = owner.labels(&v.label);
     let base_meta = base.value().get("metadata");
@@ -77,6 +80,9 @@ pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
         for c in containers.iter_mut().filter_map(Value::as_object_mut) {
             merge_env(c, &v.env, literal);
         }
+    }
+    if let Some(pod) = object_at(&mut spec, &["template", "spec"]) {
+        super::placement::merge(pod, v);
     }
 
     let mut object = json!({
@@ -342,7 +348,8 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
             first.insert(&v.label, i);
             let check = owner_problem
                 .clone()
-                .map_or_else(|| validate_variant(base.name(), v), Err);
+                .map_or_else(|| validate_variant(base.name(), v), Err)
+                .and_then(|()| known_containers(base.value(), v));
             match check {
                 Err(message) => Planned::Invalid {
                     label,

@@ -11,21 +11,33 @@ use super::{
 };
 use crate::crd::{OwnerStatus, Variant, VariantState, VariantStatus};
 
+/// A Deployment (or a variant's Service, R36) to prune: its name, and its uid for a delete with
+/// a uid precondition (so one re-created meanwhile under that name is not deleted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stale {
+    /// The object's name.
+    pub name: String,
+    /// Its uid, as cached.
+    pub uid: Option<String>,
+}
+
 /// What prune deletes (R6): of the Deployments (or Services, R36) this owner controls
-/// (`owned`, each checked with [`may_prune`] again), those whose name no declared variant has,
-/// as (name, uid) for a delete with a uid precondition.
+/// (`owned`, each checked with [`may_prune`] again), those whose name no declared variant has.
 pub fn stale<'a, K: kube::Resource + 'a>(
     owned: impl IntoIterator<Item = &'a K>,
     owner: &Owner,
     declared: &BTreeSet<String>,
-) -> Vec<(String, Option<String>)> {
+) -> Vec<Stale> {
     owned
         .into_iter()
         .map(kube::Resource::meta)
         .filter(|meta| may_prune(meta, owner))
         .filter_map(|meta| {
             let name = meta.name.clone()?;
-            (!declared.contains(&name)).then(|| (name, meta.uid.clone()))
+            (!declared.contains(&name)).then(|| Stale {
+                name,
+                uid: meta.uid.clone(),
+            })
         })
         .collect()
 }

@@ -50,7 +50,7 @@ pub(super) fn is_dns1123_label(s: &str) -> bool {
 }
 
 /// Whether `s` is a DNS-1123 subdomain: dot-separated DNS-1123 labels, at most 253 characters.
-fn is_dns1123_subdomain(s: &str) -> bool {
+pub(super) fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
@@ -152,7 +152,9 @@ pub fn check_variant_count(count: usize) -> Result<(), String> {
 
 /// Checks one variant against the rules of R8 and the hard maxima of the CRD (R32): label,
 /// Deployment name length, every env name, the number of env entries and the length of their
-/// names and values, and instances. All problems are reported, joined with `"; "`.
+/// names and values, instances, and its placement and containers (R37; not whether the base
+/// has the containers it names: `placement::known_containers`). All
+/// problems are reported, joined with `"; "`.
 pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
     let mut problems = Vec::new();
     match validate_label(&v.label) {
@@ -198,6 +200,7 @@ pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
             v.instances
         ));
     }
+    super::placement::placement_problems(v, &mut problems);
     join(problems)
 }
 

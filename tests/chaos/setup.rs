@@ -82,12 +82,14 @@ pub(crate) fn initial_variants(i: usize) -> Vec<Variant> {
         label: "a".to_string(),
         env: BTreeMap::from([("V_0".to_string(), format!("first-{i}"))]),
         instances: 1,
+        ..Variant::default()
     }];
     if i.is_multiple_of(2) {
         list.push(Variant {
             label: "d".to_string(),
             env: BTreeMap::new(),
             instances: 0,
+            ..Variant::default()
         });
     }
     list

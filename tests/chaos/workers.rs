@@ -366,6 +366,7 @@ impl Worker {
                 label: label.to_string(),
                 env: env.clone(),
                 instances: *instances,
+                ..Variant::default()
             }),
             Op::Scale { instances } => {
                 for v in new_list.iter_mut().filter(|v| v.label == label) {

@@ -33,6 +33,7 @@ mod leader;
 mod lease_requests;
 mod lifecycle;
 mod metrics;
+mod placement;
 mod poison;
 mod prometheus;
 mod prometheus_operator;

@@ -52,7 +52,10 @@ fn stale_is_what_this_owner_controls_and_no_longer_declares() {
     let declared = BTreeSet::from(["web-a".to_string()]);
     assert_eq!(
         stale([&a, &b, &foreign], &o, &declared),
-        vec![("web-b".to_string(), Some("d-uid".to_string()))]
+        vec![Stale {
+            name: "web-b".to_string(),
+            uid: Some("d-uid".to_string())
+        }]
     );
     let all = BTreeSet::from(["web-a".to_string(), "web-b".to_string()]);
     assert!(stale([&a, &b], &o, &all).is_empty());
