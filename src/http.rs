@@ -46,6 +46,9 @@ use crate::{Result, shutdown::Shutdown};
 
 mod body;
 mod conns;
+
+pub use conns::Peer;
+use conns::{EVICTION_WAIT, REFUSAL_LOG_EVERY, REFUSED_AT_CAP};
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -61,12 +64,6 @@ const MIN_MAX_BUF_SIZE: usize = 8192;
 /// How long the loop waits before accepting again after a failed `accept` (for example when
 /// the process ran out of file descriptors).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
-
-/// How long the loop waits for a connection closed to make room to be gone.
-const EVICTION_WAIT: Duration = Duration::from_secs(1);
-
-/// How often refusals at the connection cap are logged, at most.
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Limits and timeouts of one listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,15 +100,6 @@ impl Default for ServerConfig {
         }
     }
 }
-
-/// The client address of a request, in every request's extensions (set by [`serve`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Peer(pub SocketAddr);
-
-/// What a plain-HTTP connection refused at the cap is told before it is closed.
-const REFUSED_AT_CAP: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
-Content-Type: application/json\r\nContent-Length: 52\r\nConnection: close\r\n\r\n\
-{\"error\":\"too many connections; retry in a second\"}\n";
 
 /// The JSON error body: `{"error": "..."}`.
 #[derive(Serialize)]

@@ -287,7 +287,7 @@ impl Metrics {
     }
 
     /// The exposition in the format an HTTP `Accept` header asks for, with its `Content-Type`:
-    /// OpenMetrics when the header prefers it ([`prefers_openmetrics`]: Prometheus does),
+    /// OpenMetrics when the header prefers it (`prefers_openmetrics`: Prometheus does),
     /// else Prometheus text 0.0.4, also for a missing header and `*/*` (curl's default), so
     /// `curl -s .../metrics | promtool check metrics` passes as Prometheus documents it.
     pub fn encode_for(&self, accept: Option<&str>) -> (&'static str, String) {

@@ -14,10 +14,27 @@
 
 use std::{
     collections::HashMap,
+    net::SocketAddr,
     sync::{Arc, Mutex, PoisonError},
+    time::Duration,
 };
 
 use tokio::{sync::Notify, time::Instant};
+
+/// The client address of a request, in every request's extensions (set by `http::serve`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
+/// What a plain-HTTP connection refused at the cap is told before it is closed.
+pub(super) const REFUSED_AT_CAP: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
+Content-Type: application/json\r\nContent-Length: 52\r\nConnection: close\r\n\r\n\
+{\"error\":\"too many connections; retry in a second\"}\n";
+
+/// How long the loop waits for a connection closed to make room to be gone.
+pub(super) const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
+/// How often refusals at the connection cap are logged, at most.
+pub(super) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// One open connection.
 #[derive(Debug)]
