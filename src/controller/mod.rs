@@ -7,6 +7,7 @@
 //! loop; a periodic resync is the backstop (R13).
 
 mod announce;
+mod context;
 mod events;
 mod reconcile;
 pub mod secret;
@@ -14,15 +15,12 @@ mod services;
 mod tell;
 mod write;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use futures::{Future, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Client, ResourceExt,
-    runtime::{
-        Controller, WatchStreamExt, controller::Action, predicates, reflector, reflector::Store,
-    },
+    runtime::{Controller, WatchStreamExt, controller::Action, predicates, reflector},
 };
 use tokio::sync::watch;
 
@@ -46,37 +44,8 @@ const RECONCILE_CONCURRENCY: u16 = 8;
 /// Mutation turning Ready one after another then cost one status write, not one each.
 const RECONCILE_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(200);
 
+use context::{Context, RETRY_AFTER};
 pub use reconcile::reconcile;
-
-/// How long a failed reconcile waits before it is retried.
-pub const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// How often an owner is reconciled when nothing happens (a backstop for missed events).
-pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
-/// How soon an owner is reconciled again when a quota or an admission policy refused one of
-/// its variants (R35): not a failure to retry at once, but what frees a quota or changes a
-/// policy is no event the operator watches.
-pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
-
-/// Shared state of one controller.
-pub struct Context {
-    /// The API client.
-    pub client: Client,
-    /// Every cache: this controller's generated Deployments (`Caches::deployments`), and the
-    /// wait for their first list.
-    pub caches: Caches,
-    /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
-    pub secrets: Option<Store<Secret>>,
-    /// Publishes Events on owners.
-    pub events: events::Events,
-    /// Problems announced recently, so each is announced once.
-    pub announced: announce::Announced,
-    /// Reconcile counters and timings.
-    pub metrics: Arc<Metrics>,
-    /// Whether this replica is the leader: only the leader's reconciles act (R30).
-    pub leader: watch::Receiver<bool>,
-    /// The operator's own ServiceAccount, when known: no Deployment it makes runs as it (R33).
-    pub own_account: Option<ServiceAccountRef>,
-}
 
 /// Builds the controller of kind `K` over the caches and the feeds that fill them. Returns
 /// the future that runs it until `shutdown` resolves.

@@ -29,7 +29,7 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, REFUSED_RETRY, RESYNC_AFTER,
+    context::{Context, REFUSED_RETRY, RESYNC_AFTER},
     events::EventType,
     secret::{self, SecretState},
     services,

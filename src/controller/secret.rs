@@ -11,7 +11,7 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::Context;
+use super::context::Context;
 use crate::{
     Error, Result,
     variant::{KIND_LABEL, OWNER_LABEL, Owner, TOKEN_KEY, is_controlled_by, secret_name},

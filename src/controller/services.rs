@@ -18,7 +18,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::{Context, events::EventType, tell, write};
+use super::{context::Context, events::EventType, tell, write};
 use crate::{
     Result,
     crd::{OwnerResource, VariantService, VariantState, VariantStatus},

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::{Context, events::EventType};
+use super::{context::Context, events::EventType};
 use crate::{
     crd::{OwnerResource, OwnerStatus},
     variant::Owner,

@@ -10,7 +10,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::Context;
+use super::context::Context;
 use crate::{
     Error, submit,
     variant::{self, FIELD_MANAGER, ObservedDeployment, Refusal},

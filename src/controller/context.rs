@@ -1,0 +1,41 @@
+//! What every step of a reconcile shares: the [`Context`] of one controller, and how soon an
+//! owner is reconciled again.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Client, runtime::reflector::Store};
+use tokio::sync::watch;
+
+use super::{announce, events};
+use crate::{cache::Caches, metrics::Metrics, variant::ServiceAccountRef};
+
+/// How long a failed reconcile waits before it is retried.
+pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How often an owner is reconciled when nothing happens (a backstop for missed events).
+pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
+/// How soon an owner is reconciled again when a quota or an admission policy refused one of
+/// its variants (R35): not a failure to retry at once, but what frees a quota or changes a
+/// policy is no event the operator watches.
+pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
+
+/// Shared state of one controller.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Every cache: this controller's generated Deployments (`Caches::deployments`), and the
+    /// wait for their first list.
+    pub caches: Caches,
+    /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
+    pub secrets: Option<Store<Secret>>,
+    /// Publishes Events on owners.
+    pub events: events::Events,
+    /// Problems announced recently, so each is announced once.
+    pub announced: announce::Announced,
+    /// Reconcile counters and timings.
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica is the leader: only the leader's reconciles act (R30).
+    pub leader: watch::Receiver<bool>,
+    /// The operator's own ServiceAccount, when known: no Deployment it makes runs as it (R33).
+    pub own_account: Option<ServiceAccountRef>,
+}
