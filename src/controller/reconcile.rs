@@ -23,7 +23,7 @@ use std::{collections::BTreeSet, sync::Arc};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{Patch, PatchParams},
     runtime::controller::Action,
 };
 use serde_json::json;
@@ -361,23 +361,12 @@ async fn prune<K: OwnerResource>(
     api: &Api<ObservedDeployment>,
     stale: Vec<variant::Stale>,
 ) -> Result<()> {
-    for variant::Stale { name, uid } in stale {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid,
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                let note = format!("deleted Deployment {name}: its variant is no longer declared");
-                let related = Some(deployment_ref(&owner.namespace, &name));
-                publish(ctx, obj, EventType::Normal, "VariantPruned", note, related).await;
-            }
-            // Already gone, or replaced by another object of that name: nothing to prune.
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(err) => return Err(err.into()),
+    for stale in stale {
+        if write::delete_stale(api, &stale).await? {
+            let name = &stale.name;
+            let note = format!("deleted Deployment {name}: its variant is no longer declared");
+            let related = Some(deployment_ref(&owner.namespace, name));
+            publish(ctx, obj, EventType::Normal, "VariantPruned", note, related).await;
         }
     }
     Ok(())

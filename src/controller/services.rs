@@ -14,7 +14,7 @@ use std::{collections::BTreeSet, sync::Arc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Api,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{Patch, PatchParams},
 };
 use serde_json::Value;
 
@@ -204,30 +204,26 @@ async fn prune<K: OwnerResource>(
     api: &Api<ObservedService>,
     stale: Vec<variant::Stale>,
 ) -> Result<()> {
-    for variant::Stale { name, uid } in stale {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid,
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                let related = ObjectReference {
-                    api_version: Some("v1".to_string()),
-                    kind: Some("Service".to_string()),
-                    name: Some(name.clone()),
-                    namespace: obj.meta().namespace.clone(),
-                    ..ObjectReference::default()
-                };
-                let note = format!("deleted Service {name}: no declared variant has it");
-                let related = Some(related);
-                tell::publish(ctx, obj, EventType::Normal, "ServicePruned", note, related).await;
-            }
-            // Already gone, or replaced by another object of that name: nothing to prune.
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(err) => return Err(err.into()),
+    for stale in stale {
+        if write::delete_stale(api, &stale).await? {
+            let name = &stale.name;
+            let related = ObjectReference {
+                api_version: Some("v1".to_string()),
+                kind: Some("Service".to_string()),
+                name: Some(name.clone()),
+                namespace: obj.meta().namespace.clone(),
+                ..ObjectReference::default()
+            };
+            let note = format!("deleted Service {name}: no declared variant has it");
+            tell::publish(
+                ctx,
+                obj,
+                EventType::Normal,
+                "ServicePruned",
+                note,
+                Some(related),
+            )
+            .await;
         }
     }
     Ok(())

@@ -126,3 +126,24 @@ pub(super) async fn hand_over<K: Resource<DynamicType = ()>>(
     ctx.client.request::<serde::de::IgnoredAny>(request).await?;
     Ok(())
 }
+
+/// Deletes `stale` (R6, R36) with a uid precondition, so an object made again under that name
+/// meanwhile is not hit. Whether it deleted it: one already gone, or replaced by another
+/// object of that name, is nothing to prune.
+pub(super) async fn delete_stale<T>(api: &Api<T>, stale: &variant::Stale) -> crate::Result<bool>
+where
+    T: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: stale.uid.clone(),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::background()
+    };
+    match api.delete(&stale.name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
