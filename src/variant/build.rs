@@ -396,13 +396,24 @@ pub fn resolve(
         return Step::Keep;
     };
     let ours = observed.is_some_and(|d| super::may_prune(&d.metadata, owner));
+    step_for(observed.is_some(), ours, from_server, || {
+        needs_apply(object, observed)
+    })
+}
+
+/// The step for an object the operator writes (a variant's Deployment or Service), as known
+/// from the cache (`from_server` false) or from the API server: one the cache does not know is
+/// created, one it knows as someone else's is looked up; otherwise it is written when it
+/// `differs` from what is declared.
+pub fn step_for(
+    exists: bool,
+    ours: bool,
+    from_server: bool,
+    differs: impl FnOnce() -> bool,
+) -> Step {
     if !ours && !from_server {
-        if observed.is_none() {
-            Step::Create
-        } else {
-            Step::LookUp
-        }
-    } else if needs_apply(object, observed) {
+        if exists { Step::LookUp } else { Step::Create }
+    } else if differs() {
         Step::Write
     } else {
         Step::Keep

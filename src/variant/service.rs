@@ -291,17 +291,9 @@ pub fn resolve_service(
     from_server: bool,
 ) -> Step {
     let ours = observed.is_some_and(|s| may_prune(&s.metadata, owner));
-    if !ours && !from_server {
-        if observed.is_none() {
-            Step::Create
-        } else {
-            Step::LookUp
-        }
-    } else if service_needs_apply(desired, observed) {
-        Step::Write
-    } else {
-        Step::Keep
-    }
+    super::build::step_for(observed.is_some(), ours, from_server, || {
+        service_needs_apply(desired, observed)
+    })
 }
 
 /// What a variant's status says of its Service (R36): name, type, in-cluster DNS name, cluster
