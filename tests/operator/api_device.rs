@@ -22,7 +22,7 @@ fn error(reply: &common::http::Reply) -> String {
 
 /// Merge-patches the Mutation's `spec.deviceAccess`, as its owner would with kubectl, and
 /// waits until this replica's cache shows it (a validated read).
-async fn set_device_access(f: &Fixture, name: &str, access: Value) {
+pub(super) async fn set_device_access(f: &Fixture, name: &str, access: Value) {
     f.mutations()
         .patch(
             name,

@@ -335,24 +335,10 @@ async fn device_tokens_set_only_the_placement_their_owner_allows() {
     refused(&r, &["containers", "image or resources"]);
 
     // The owner lets devices choose the architecture and tolerate the boards' taint.
-    let access = json!({ "spec": { "deviceAccess": {
+    let access = json!({
         "nodeSelector": ["kubernetes.io/arch"], "tolerations": ["neiam.org/board"]
-    } } });
-    f.mutations()
-        .patch("snap", &PatchParams::default(), &Patch::Merge(access))
-        .await
-        .unwrap();
-    let path = format!("/api/v1/namespaces/{}/mutations/snap", f.ns.name);
-    let seen = common::http::request_with(
-        f.operator.api_port,
-        "GET",
-        &path,
-        Some(ADMIN),
-        &[("Cache-Control", "no-cache")],
-        None,
-    )
-    .await;
-    assert_eq!(seen.status, 200, "{seen:?}");
+    });
+    super::api_device::set_device_access(&f, "snap", access).await;
 
     let placed = json!({ "label": "board-7", "env": { "SNAP_RES": "960x540" },
                          "nodeSelector": arch, "tolerations": board });
