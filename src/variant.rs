@@ -48,6 +48,7 @@ mod refusal;
 mod report;
 mod service;
 mod status;
+mod step;
 mod validate;
 
 #[cfg(test)]
@@ -57,7 +58,7 @@ pub use baseline::{
     ALLOWED_CAPABILITIES, Finding, SAFE_SYSCTLS, SELINUX_TYPES, ServiceAccountRef,
     baseline_findings, own_account_finding,
 };
-pub use build::{Foreign, Planned, Step, build, foreign, needs_apply, plan, resolve};
+pub use build::{Foreign, Planned, build, foreign, needs_apply, plan, resolve};
 pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
 pub use pod_security::{
     BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
@@ -69,6 +70,7 @@ pub use service::{
     service_needs_apply, service_ports, service_status, services_column, validate_service,
 };
 pub use status::{ready_condition, summary, variant_state};
+pub use step::Step;
 pub use validate::{
     Base, MAX_BASE_DEPTH, MAX_OWNER_NAME, TOKEN_KEY, check_variant_count, deployment_name,
     secret_name, unservable_name, validate_env_name, validate_label, validate_mutation_name,

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::access::literal_env_value;
 use super::placement::known_containers;
+use super::step::{Step, step_for};
 use super::validate::{deployment_name, unservable_name, validate_variant};
 use super::{Base, HASH_ANNOTATION, ObservedDeployment, Owner, is_controlled_by, variant_state};
 use crate::crd::{OwnerKind, Variant, VariantState, VariantStatus};
@@ -367,22 +368,6 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
         .collect()
 }
 
-/// What a reconcile does about one planned variant (R5, R9), from [`resolve`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Server-side apply the variant's Deployment: missing, or not as declared.
-    Write,
-    /// The cache knows no Deployment of that name: create it. When the API server answers
-    /// that one exists (409), it may be someone else's (R9) or this owner's not cached yet:
-    /// look it up then.
-    Create,
-    /// The cache has a Deployment of that name that this owner does not control: ask the API
-    /// server, as it may be someone else's (R9), or this owner's cached before it took it.
-    LookUp,
-    /// Nothing to write: the Deployment matches, or the variant cannot be applied.
-    Keep,
-}
-
 /// Decides [`Step`] for `planned`, given its Deployment as known: from the cache
 /// (`from_server` false; a miss is created, or looked up when the cache holds someone else's) or from the API server. Run [`Planned::check_existing`]
 /// on what the server answers before resolving again.
@@ -399,25 +384,6 @@ pub fn resolve(
     step_for(observed.is_some(), ours, from_server, || {
         needs_apply(object, observed)
     })
-}
-
-/// The step for an object the operator writes (a variant's Deployment or Service), as known
-/// from the cache (`from_server` false) or from the API server: one the cache does not know is
-/// created, one it knows as someone else's is looked up; otherwise it is written when it
-/// `differs` from what is declared.
-pub fn step_for(
-    exists: bool,
-    ours: bool,
-    from_server: bool,
-    differs: impl FnOnce() -> bool,
-) -> Step {
-    if !ours && !from_server {
-        if exists { Step::LookUp } else { Step::Create }
-    } else if differs() {
-        Step::Write
-    } else {
-        Step::Keep
-    }
 }
 
 /// Whether `desired` (from [`build`]) must be applied over `observed` (R5, R12). False only

@@ -291,7 +291,7 @@ pub fn resolve_service(
     from_server: bool,
 ) -> Step {
     let ours = observed.is_some_and(|s| may_prune(&s.metadata, owner));
-    super::build::step_for(observed.is_some(), ours, from_server, || {
+    super::step::step_for(observed.is_some(), ours, from_server, || {
         service_needs_apply(desired, observed)
     })
 }
