@@ -8,7 +8,8 @@
 //!   [`CALL_DEADLINE`]; after that it fails with [`DeadlineElapsed`] (which the HTTP API
 //!   answers 503 with `Retry-After`). A stalled API server (TCP accepted, nothing answered)
 //!   then costs a request 10 s, not forever. Watches are long-lived by design and keep only
-//!   the watcher's own idle timeout.
+//!   the watcher's own idle timeout; the watchers' paged lists (`limit=`) are left to the
+//!   watchers' own backoff too.
 //! - **Reachability.** Every answer (any status below 500, a watch's first bytes included)
 //!   marks the server reachable; every failure (no answer, the deadline, a 5xx, a call its
 //!   caller gave up on after waiting a second or more) marks it failing, from the first
@@ -81,12 +82,15 @@ impl Health {
     }
 }
 
-/// Whether a request is a watch (`watch=true` or `watch=1` in its query).
+/// Whether a request is one of the watchers': a watch (`watch=true` or `watch=1`), or a paged
+/// list (`limit=`), which the watchers make to fill their caches and which kube-runtime's
+/// backoff already retries. Those keep their own timeouts; the deadline is for the calls a
+/// request of the API or a reconcile waits on.
 fn is_watch<B>(request: &Request<B>) -> bool {
     request.uri().query().is_some_and(|query| {
         query
             .split('&')
-            .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+            .any(|pair| matches!(pair, "watch=true" | "watch=1") || pair.starts_with("limit="))
     })
 }
 
@@ -253,6 +257,10 @@ mod tests {
             "/api/v1/secrets?watch=true&labelSelector=a"
         )));
         assert!(is_watch(&request("/apis/x/v1/m?resourceVersion=1&watch=1")));
+        assert!(
+            is_watch(&request("/apis/x/v1/m?&limit=500")),
+            "a watcher's paged list"
+        );
         assert!(!is_watch(&request(
             "/api/v1/secrets?labelSelector=watch%3Dtrue"
         )));
