@@ -4,8 +4,8 @@
 //! kubeconfig can name: exec plugins, auth providers with JSONPath queries, OIDC refresh. Those
 //! bring a regular-expression engine, a JSONPath engine and a second YAML parser, about 0.9 MiB
 //! of the binary, for methods an operator in its own cluster never uses. This module builds the
-//! same stack (rustls with ring, connect/read/write timeouts, a deadline on every call but a
-//! watch ([`health`]), kube's retry of 429/503/504,
+//! same stack (rustls with ring, connect/read/write timeouts, a deadline on every call but the
+//! watchers' watches and paged lists ([`health`]), kube's retry of 429/503/504,
 //! impersonation headers, and a guard of its own against deeply nested JSON in responses about
 //! the operator's resources: [`depth`]) with the methods an operator needs:
 //!
@@ -189,7 +189,7 @@ pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Cli
 }
 
 /// [`build_with_refresh`], recording into `health` whether the API server answers; every call
-/// but a watch has [`health::CALL_DEADLINE`].
+/// but the watchers' watches and paged lists has [`health::CALL_DEADLINE`].
 pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> Result<Client> {
     refuse_unsupported(&config).map_err(Error::kube_config)?;
     let credential =
