@@ -139,6 +139,19 @@ impl Owner {
         })
     }
 
+    /// [`Owner::owner_reference`] as the JSON list a generated object's metadata holds.
+    pub fn owner_references_json(&self) -> serde_json::Value {
+        let r = self.owner_reference();
+        serde_json::json!([{
+            "apiVersion": r.api_version,
+            "kind": r.kind,
+            "name": r.name,
+            "uid": r.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }])
+    }
+
     /// The controller ownerReference every generated Deployment carries, so that deleting the
     /// owner deletes it through garbage collection (R4, R7).
     pub fn owner_reference(&self) -> OwnerReference {

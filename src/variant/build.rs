@@ -53,18 +53,7 @@ pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
     if !annotations.is_empty() {
         metadata.insert("annotations".into(), Value::Object(annotations));
     }
-    let r = owner.owner_reference();
-    metadata.insert(
-        "ownerReferences".into(),
-        json!([{
-            "apiVersion": r.api_version,
-            "kind": r.kind,
-            "name": r.name,
-            "uid": r.uid,
-            "controller": true,
-            "blockOwnerDeletion": true,
-        }]),
-    );
+    metadata.insert("ownerReferences".into(), owner.owner_references_json());
 
     let mut spec = object_of(base.value().get("spec"));
     spec.insert("replicas".into(), v.instances.into());

@@ -242,7 +242,6 @@ pub fn build_service(
         labels.insert(k.to_owned(), v.into());
         selector.insert(k.to_owned(), v.into());
     }
-    let r = owner.owner_reference();
     let mut object = json!({
         "apiVersion": "v1",
         "kind": "Service",
@@ -250,14 +249,7 @@ pub fn build_service(
             "name": name,
             "namespace": owner.namespace,
             "labels": labels,
-            "ownerReferences": [{
-                "apiVersion": r.api_version,
-                "kind": r.kind,
-                "name": r.name,
-                "uid": r.uid,
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }],
+            "ownerReferences": owner.owner_references_json(),
         },
         "spec": {
             "type": spec.type_.as_str(),
