@@ -26,19 +26,13 @@ use std::{
 };
 
 use futures::FutureExt as _;
-use http_body_util::Full;
 use hyper::{
-    Method, Request, Response, StatusCode,
-    body::{Bytes, Incoming},
-    header::{self, HeaderValue},
-    server::conn::http1,
-    service::service_fn,
+    Request, Response, StatusCode, body::Incoming, server::conn::http1, service::service_fn,
 };
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     server::graceful::GracefulShutdown,
 };
-use serde::Serialize;
 use tokio::{net::TcpListener, task::JoinSet};
 use tracing::Instrument as _;
 
@@ -46,6 +40,8 @@ use crate::{Result, shutdown::Shutdown};
 
 mod body;
 mod conns;
+mod limits;
+mod response;
 
 pub use conns::Peer;
 use conns::{EVICTION_WAIT, REFUSAL_LOG_EVERY, REFUSED_AT_CAP};
@@ -54,9 +50,8 @@ mod tests;
 pub mod tls;
 
 pub use body::read_body;
-
-/// The response body type of every handler: the whole body in one buffer.
-pub type Body = Full<Bytes>;
+pub use limits::ServerConfig;
+pub use response::{Body, error, json, method_not_allowed, no_content, not_found, text};
 
 /// The smallest read buffer hyper accepts (`max_buf_size` panics below it).
 const MIN_MAX_BUF_SIZE: usize = 8192;
@@ -64,123 +59,6 @@ const MIN_MAX_BUF_SIZE: usize = 8192;
 /// How long the loop waits before accepting again after a failed `accept` (for example when
 /// the process ran out of file descriptors).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
-
-/// Limits and timeouts of one listener.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ServerConfig {
-    /// How long a client may take to send a complete request head (request line and headers).
-    /// Also bounds how long an idle keep-alive connection stays open. Default 5 s.
-    pub header_read_timeout: Duration,
-    /// The largest request head accepted, in bytes; larger ones get 431. This is hyper's
-    /// read buffer size, so values below 8 KiB are raised to 8 KiB. Default 16 KiB.
-    pub max_header_bytes: usize,
-    /// The largest request body [`read_body`] accepts, in bytes. Default 1 MiB.
-    pub body_limit: usize,
-    /// How long [`read_body`] waits for the whole body. Default 10 s.
-    pub body_timeout: Duration,
-    /// How long shutdown waits for in-flight requests before closing their connections.
-    /// Default 10 s.
-    pub drain_timeout: Duration,
-    /// Whether connections are kept open for further requests. Default true.
-    pub keep_alive: bool,
-    /// The most connections open at once (see `conns.rs`). Default 256.
-    pub max_connections: usize,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            header_read_timeout: Duration::from_secs(5),
-            max_header_bytes: 16 * 1024,
-            body_limit: 1024 * 1024,
-            body_timeout: Duration::from_secs(10),
-            drain_timeout: Duration::from_secs(10),
-            keep_alive: true,
-            max_connections: 256,
-        }
-    }
-}
-
-/// The JSON error body: `{"error": "..."}`.
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
-}
-
-/// What [`json`] answers when the value cannot be serialised.
-const SERIALIZE_FAILED: &str =
-    r#"{"error":"internal error: the response could not be serialised"}"#;
-
-fn with_body(
-    status: StatusCode,
-    content_type: Option<&'static str>,
-    body: Bytes,
-) -> Response<Body> {
-    let mut response = Response::new(Full::new(body));
-    *response.status_mut() = status;
-    if let Some(content_type) = content_type {
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    }
-    response
-}
-
-/// A JSON response (`Content-Type: application/json`). If `value` cannot be serialised the
-/// answer is a 500 with a fixed JSON error body instead.
-pub fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> {
-    match serde_json::to_vec(value) {
-        Ok(body) => with_body(status, Some("application/json"), Bytes::from(body)),
-        Err(err) => {
-            tracing::error!(error = %err, "could not serialise a response");
-            with_body(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                Some("application/json"),
-                Bytes::from_static(SERIALIZE_FAILED.as_bytes()),
-            )
-        }
-    }
-}
-
-/// An error response with the body `{"error": "<message>"}`.
-pub fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
-    let message = message.into();
-    json(status, &ErrorBody { error: &message })
-}
-
-/// 405 Method Not Allowed with an `Allow` header listing `allow` (comma-separated) and a JSON
-/// error body.
-pub fn method_not_allowed(allow: &[Method]) -> Response<Body> {
-    let allowed = allow
-        .iter()
-        .map(Method::as_str)
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut response = error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("method not allowed; allowed: {allowed}"),
-    );
-    // Method names are HTTP tokens, always a valid header value.
-    if let Ok(value) = HeaderValue::from_str(&allowed) {
-        response.headers_mut().insert(header::ALLOW, value);
-    }
-    response
-}
-
-/// 404 Not Found with a JSON error body.
-pub fn not_found() -> Response<Body> {
-    error(StatusCode::NOT_FOUND, "not found")
-}
-
-/// 204 No Content with an empty body.
-pub fn no_content() -> Response<Body> {
-    with_body(StatusCode::NO_CONTENT, None, Bytes::new())
-}
-
-/// A text response with the given `Content-Type` (for example the OpenMetrics exposition).
-pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
-    with_body(status, Some(content_type), Bytes::from(body))
-}
 
 /// Binds a listener on `addr`; the error names the address.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {

@@ -36,6 +36,7 @@
 //! `MutantDeployment` or `Mutation`.
 
 mod gauges;
+mod labels;
 mod process;
 #[cfg(test)]
 mod tests;
@@ -50,79 +51,23 @@ use std::{
 };
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Registry, Unit},
 };
 
 use gauges::{CacheCollector, CacheView};
-
-use crate::{
-    cache::Caches,
-    crd::{OwnerKind, VariantState},
+use labels::{
+    CONTROLLER_ERRORS, DurationFamily, INITIAL_CAPACITY, KINDS, KindError, KindOutcome, OUTCOMES,
+    RECONCILE_ERRORS, VersionLabel, duration_histogram,
 };
+
+use crate::{cache::Caches, crd::OwnerKind};
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The `Content-Type` of [`Metrics::encode_text`]: Prometheus text format 0.0.4.
 pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
-
-/// Both owner kinds, in the order their series are listed.
-const KINDS: [OwnerKind; 2] = [OwnerKind::MutantDeployment, OwnerKind::Mutation];
-/// Values of the `outcome` label.
-const OUTCOMES: [&str; 2] = ["ok", "error"];
-/// Values of `error` in `mutant_operator_reconcile_errors_total`.
-const RECONCILE_ERRORS: [&str; 3] = ["invalid", "api", "client"];
-/// Values of `error` in `mutant_operator_controller_errors_total`.
-const CONTROLLER_ERRORS: [&str; 3] = ["queue", "object_not_found", "runner"];
-/// Every variant state, in the order the `state` series are listed.
-const STATES: [VariantState; 4] = [
-    VariantState::Progressing,
-    VariantState::Ready,
-    VariantState::Invalid,
-    VariantState::Conflict,
-];
-/// Upper bounds (seconds) of the reconcile duration buckets: 1 ms to 10 s in 1-2.5-5 steps.
-const DURATION_BUCKETS: [f64; 13] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-/// Initial capacity of the exposition buffer, before the first scrape tells the real size.
-const INITIAL_CAPACITY: usize = 8 * 1024;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindOutcome {
-    kind: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindError {
-    kind: &'static str,
-    error: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabel {
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabel {
-    version: &'static str,
-}
-
-/// A histogram with [`DURATION_BUCKETS`].
-fn duration_histogram() -> Histogram {
-    Histogram::new(DURATION_BUCKETS)
-}
-
-type DurationFamily = Family<KindOutcome, Histogram, fn() -> Histogram>;
 
 /// The operator's metrics: counters updated by the controllers, gauges read at scrape time.
 ///

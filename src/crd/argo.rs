@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use super::Mutation;
+use super::spec::Mutation;
 
 /// Annotation that Argo CD puts on what it syncs.
 pub const ARGO_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{
+use super::spec::{
     MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, Variant, VariantState,
     VariantStatus,
 };

@@ -7,7 +7,9 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{EmbeddedJson, MutantDeployment, Mutation, OwnerStatus, ServiceSpec, Variant};
+use super::embedded::EmbeddedJson;
+use super::service::ServiceSpec;
+use super::spec::{MutantDeployment, Mutation, OwnerStatus, Variant};
 
 /// Which kind of custom resource owns a set of variants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -6,7 +6,8 @@ use hyper::{
     body::{Body as _, Bytes, Incoming},
 };
 
-use super::{Body, ServerConfig, error};
+use super::limits::ServerConfig;
+use super::response::{Body, error};
 
 /// Why [`read_body`] gave no body.
 #[derive(Debug, thiserror::Error)]

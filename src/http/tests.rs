@@ -8,8 +8,8 @@ use std::{
 };
 
 use http_body_util::BodyExt as _;
-use hyper::body::Incoming;
-use serde::Serializer;
+use hyper::{Method, body::Incoming, header};
+use serde::{Serialize, Serializer};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::TcpStream,

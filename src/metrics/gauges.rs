@@ -13,7 +13,7 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
-use super::{KINDS, KindLabel, STATES, StateLabel};
+use super::labels::{KINDS, KindLabel, STATES, StateLabel};
 use crate::crd::{MutantDeployment, Mutation, OwnerResource};
 
 /// The caches the gauges read.

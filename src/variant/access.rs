@@ -254,7 +254,7 @@ pub fn validate_device_access(access: &DeviceAccess) -> Result<(), String> {
         }
     }
     for name in access.env.iter().flatten() {
-        if let Err(e) = super::validate_env_name(name) {
+        if let Err(e) = super::names::validate_env_name(name) {
             problems.push(format!("deviceAccess.env: {e}"));
         } else if name.chars().count() > MAX_ENV_NAME {
             problems.push(format!(

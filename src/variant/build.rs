@@ -8,10 +8,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::access::literal_env_value;
+use super::names::{deployment_name, unservable_name};
+use super::observed::ObservedDeployment;
+use super::owner::{HASH_ANNOTATION, Owner, is_controlled_by, may_prune};
 use super::placement::known_containers;
+use super::status::variant_state;
 use super::step::{Step, step_for};
-use super::validate::{deployment_name, unservable_name, validate_variant};
-use super::{Base, HASH_ANNOTATION, ObservedDeployment, Owner, is_controlled_by, variant_state};
+use super::validate::{Base, validate_variant};
 use crate::crd::{OwnerKind, Variant, VariantState, VariantStatus};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
@@ -369,7 +372,7 @@ pub fn resolve(
     let Planned::Apply { object, .. } = planned else {
         return Step::Keep;
     };
-    let ours = observed.is_some_and(|d| super::may_prune(&d.metadata, owner));
+    let ours = observed.is_some_and(|d| may_prune(&d.metadata, owner));
     step_for(observed.is_some(), ours, from_server, || {
         needs_apply(object, observed)
     })

@@ -17,7 +17,11 @@
 
 use crate::crd::Variant;
 
-use super::{Owner, Planned, Refusal, Step, observed::ObservedDeployment, resolve};
+use super::build::{Planned, resolve};
+use super::observed::ObservedDeployment;
+use super::owner::Owner;
+use super::refusal::Refusal;
+use super::step::Step;
 
 /// What the controller does next for one variant's Deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]

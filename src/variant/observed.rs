@@ -21,7 +21,7 @@ use serde::{
 };
 use serde_json::{Value, json};
 
-use super::FIELD_MANAGER;
+use super::owner::FIELD_MANAGER;
 use crate::crd::compact::CompactText;
 
 /// kubectl's copy of the whole object it last applied: never compared, never kept.

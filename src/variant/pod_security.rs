@@ -11,8 +11,8 @@
 
 use serde_json::Value;
 
-use super::Planned;
 use super::baseline::{Finding, ServiceAccountRef, baseline_findings, own_account_finding};
+use super::build::Planned;
 
 /// The namespace label by which Kubernetes' Pod Security admission is told what to enforce.
 pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";

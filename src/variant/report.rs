@@ -5,10 +5,12 @@
 
 use std::collections::BTreeSet;
 
-use super::{
-    BASE_NOT_ALLOWED, OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name,
-    may_prune, ready_condition, services_column, summary, variant_state,
-};
+use super::names::deployment_name;
+use super::observed::ObservedDeployment;
+use super::owner::{OWNER_LABEL, Owner, READY_CONDITION, VARIANT_LABEL, may_prune};
+use super::pod_security::BASE_NOT_ALLOWED;
+use super::service::services_column;
+use super::status::{ready_condition, summary, variant_state};
 use crate::crd::{OwnerStatus, Variant, VariantState, VariantStatus};
 
 /// A Deployment (or a variant's Service, R36) to prune: its name, and its uid for a delete with
@@ -119,7 +121,7 @@ pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
         .previous
         .conditions
         .iter()
-        .find(|c| c.type_ == super::READY_CONDITION);
+        .find(|c| c.type_ == READY_CONDITION);
     let mut condition = ready_condition(
         &found.variants,
         found.unservable.or(found.base_error),

@@ -13,12 +13,11 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
-use super::{
-    Base, HASH_ANNOTATION, Owner, Step,
-    build::{fnv1a64, is_subset},
-    deployment_name, may_prune,
-    validate::is_dns1123_label,
-};
+use super::build::{fnv1a64, is_subset};
+use super::names::{deployment_name, is_dns1123_label};
+use super::owner::{HASH_ANNOTATION, Owner, may_prune};
+use super::step::Step;
+use super::validate::Base;
 use crate::crd::{
     MAX_SERVICE_PORTS, ServiceProtocol, ServiceSpec, ServiceType, VariantService,
     VariantServicePort, VariantState, VariantStatus,

@@ -1,6 +1,7 @@
 //! The status of variants and of their owner (R3, R11, R12).
 
-use super::{ObservedDeployment, READY_CONDITION, RolloutCounts};
+use super::observed::{ObservedDeployment, RolloutCounts};
+use super::owner::READY_CONDITION;
 use crate::crd::{Condition, VariantState, VariantStatus};
 
 /// State of a valid variant from its Deployment (R11), with the replicas to report:

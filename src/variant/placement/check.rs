@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::super::validate::is_dns1123_subdomain;
+use super::super::names::is_dns1123_subdomain;
 use crate::crd::{
     DeviceAccess, Quantity, Variant,
     limits::{

@@ -12,7 +12,8 @@ use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Obj
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
-use crate::{crd::compact::CompactText, variant::CreatedEntry, variant::FIELD_MANAGER};
+use super::super::{observed::CreatedEntry, owner::FIELD_MANAGER};
+use crate::crd::compact::CompactText;
 
 /// A Service as the operator caches it: its metadata (kubectl's last-applied copy and, in the
 /// watch's cache, `managedFields` dropped), its spec as compact JSON text, and the addresses

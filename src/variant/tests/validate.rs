@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::variant::{MAX_BASE_DEPTH, validate::LABEL_RULE};
+use crate::variant::{MAX_BASE_DEPTH, names::LABEL_RULE};
 
 // R8
 #[test]
