@@ -85,6 +85,9 @@ fn used_names(text: &str, root: &str) -> Vec<String> {
                     '}' if depth == 0 => break,
                     '}' => depth -= 1,
                     ',' if depth == 0 => {
+                        if !current.is_empty() {
+                            names.push(std::mem::take(&mut current));
+                        }
                         at_start = true;
                         continue;
                     }
@@ -203,10 +206,10 @@ fn every_import_points_down() {
 
 #[test]
 fn the_scanner_reads_grouped_and_plain_paths() {
-    let text = "use crate::{\n    cache::{Cache, Caches},\n    crd::Mutation,\n    Error,\n};\nlet x = crate::error_chain(&e);\nlet y = other_crate::api::f();";
+    let text = "use crate::{\n    cache::{Cache, Caches},\n    crd::Mutation,\n    Error,\n    Result};\nlet x = crate::error_chain(&e);\nlet y = other_crate::api::f();";
     assert_eq!(
         used_names(text, "crate"),
-        ["cache", "crd", "Error", "error_chain"]
+        ["cache", "crd", "Error", "Result", "error_chain"]
     );
     assert_eq!(
         without_comments("let a = 1; // crate::api\nlet s = \"http://x\";"),
@@ -214,10 +217,53 @@ fn the_scanner_reads_grouped_and_plain_paths() {
     );
 }
 
-/// The files of each folder that forms rooms of its own, lowest first: a file may use (through
-/// `super::`) only files before it; `mod.rs` routes and may use them all. Tests inside a file
-/// (`use super::*`) reach their own file only.
+/// The files of each folder of `src/`, lowest first: a file may use files before it and no
+/// other, and never its folder's root file (`x.rs` or `x/mod.rs`), which only declares the rooms,
+/// re-exports them and routes. A room may be a file with a folder of its own
+/// (`placement.rs` and `placement/check.rs` are one room). Files named `tests` and the tests
+/// inside a file (`#[cfg(test)] mod tests { .. }`) are left out: tests reach what they test.
 const ROOMS: &[(&str, &[&str])] = &[
+    (
+        "crd",
+        &[
+            "limits",
+            "compact",
+            "embedded",
+            "placement",
+            "service",
+            "spec",
+            "print",
+            "argo",
+            "owner",
+            "fixtures",
+        ],
+    ),
+    (
+        "variant",
+        &[
+            "owner",
+            "names",
+            "step",
+            "refusal",
+            "observed",
+            "status",
+            "placement",
+            "validate",
+            "access",
+            "build",
+            "converge",
+            "baseline",
+            "pod_security",
+            "service",
+            "report",
+        ],
+    ),
+    ("config", &[]),
+    ("connect", &["depth", "tls", "health"]),
+    ("http", &["response", "limits", "conns", "body", "tls"]),
+    ("metrics", &["labels", "process", "gauges"]),
+    ("lease", &["decide"]),
+    ("submit", &["pod_security"]),
     (
         "api",
         &[
@@ -250,36 +296,155 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The text of a file without the tests inside it (a `mod tests {` block to the end of the
+/// file, as every file of `src/` places it).
+fn without_inline_tests(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &text[..at],
+        None => text,
+    }
+}
+
+/// The paths a `use` tree names, braces expanded: `a::{b, c::{d, e}}` is `a::b`, `a::c::d` and
+/// `a::c::e` (an alias `as x` dropped).
+fn expand_use(tree: &str) -> Vec<String> {
+    let tree: String = tree
+        .replace(" as ", "@")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split('@').next().unwrap_or_default();
+        return vec![path.to_string()];
+    };
+    let (prefix, group) = (&tree[..open], &tree[open + 1..tree.len() - 1]);
+    let mut parts = Vec::new();
+    let (mut depth, mut from) = (0, 0);
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&group[from..at]);
+                from = at + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&group[from..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| {
+            expand_use(p)
+                .into_iter()
+                .map(move |e| format!("{prefix}{e}"))
+        })
+        .collect()
+}
+
+/// The rooms of its folder a file uses: `super::x` from a file of the folder, `super::super::x`
+/// from a file in a room's own folder, `crate::<folder>::x` from either, in `use` trees and in
+/// paths written out; an item of the root file (not a room) is named as it is, `*` as "".
+fn rooms_used(text: &str, folder: &str, depth: usize) -> Vec<String> {
+    let up = format!("{}::", vec!["super"; depth].join("::"));
+    let full = format!("crate::{folder}::");
+    let mut used = Vec::new();
+    let mut rest = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let code = line.trim_start();
+        let tree = code
+            .strip_prefix("use ")
+            .or_else(|| code.strip_prefix("pub use "))
+            .or_else(|| {
+                code.strip_prefix("pub(")
+                    .and_then(|c| c.split_once(") use "))
+                    .map(|(_, t)| t)
+            });
+        let Some(tree) = tree else {
+            rest.push_str(line);
+            rest.push('\n');
+            continue;
+        };
+        let mut tree = tree.to_string();
+        while !tree.contains(';') {
+            let Some(next) = lines.next() else { break };
+            tree.push_str(next);
+        }
+        for path in expand_use(tree.trim_end().trim_end_matches(';')) {
+            let tail = path.strip_prefix(&up).or_else(|| path.strip_prefix(&full));
+            if let Some(tail) = tail.filter(|t| !t.starts_with("super")) {
+                used.push(tail.split("::").next().unwrap_or_default().replace('*', ""));
+            }
+        }
+    }
+    let mut inline = used_names(&rest, up.trim_end_matches(':'));
+    if depth > 1 {
+        inline.retain(|u| u != "super");
+    }
+    used.extend(inline);
+    used.extend(used_names(&rest, full.trim_end_matches(':')));
+    used
+}
+
 #[test]
 fn the_files_of_a_folder_import_only_files_before_them() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut wrong = Vec::new();
     let mut seen = 0;
-    for (folder, order) in ROOMS {
+    let mut folders: Vec<String> = fs::read_dir(&src)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    folders.sort();
+    assert!(folders.len() >= 10, "folders of src/: {folders:?}");
+    for folder in &folders {
+        let Some((_, order)) = ROOMS.iter().find(|(f, _)| f == folder) else {
+            wrong.push(format!("src/{folder}/ is not in ROOMS"));
+            continue;
+        };
         let mut files = Vec::new();
         rust_files(&src.join(folder), &mut files);
         for file in files {
-            let name = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            // mod.rs routes; a file's own tests (`x/tests.rs`) belong to that file.
-            if name == "mod" || name == "tests" {
+            let inside = file.strip_prefix(src.join(folder)).unwrap_or(&file);
+            let parts: Vec<String> = inside
+                .components()
+                .map(|c| {
+                    c.as_os_str()
+                        .to_string_lossy()
+                        .trim_end_matches(".rs")
+                        .to_string()
+                })
+                .collect();
+            // mod.rs routes; `tests` files and folders hold tests.
+            if parts.iter().any(|p| p == "tests") || parts == ["mod"] {
                 continue;
             }
-            let Some(at) = order.iter().position(|o| *o == name) else {
-                wrong.push(format!("{folder}/{name}.rs is not in ROOMS"));
+            let room = &parts[0];
+            let Some(at) = order.iter().position(|o| o == room) else {
+                wrong.push(format!("{folder}/{} is not in ROOMS", inside.display()));
                 continue;
             };
-            let text = without_comments(&fs::read_to_string(&file).unwrap());
-            for used in used_names(&text, "super") {
+            let text = fs::read_to_string(&file).unwrap();
+            let text = without_comments(without_inline_tests(&text));
+            for used in rooms_used(&text, folder, parts.len()) {
                 seen += 1;
                 match order.iter().position(|o| *o == used) {
                     Some(to) if to < at => {}
-                    Some(_) => wrong.push(format!("{folder}/{name}.rs -> {used}")),
-                    // `use super::*` in a file's tests, or an item of mod.rs
-                    None if used.is_empty() => {}
-                    None => wrong.push(format!("{folder}/{name}.rs -> {used} (of mod.rs)")),
+                    Some(_) => wrong.push(format!("{folder}/{} -> {used}", inside.display())),
+                    None if used.is_empty() => wrong.push(format!(
+                        "{folder}/{} -> * (a glob of the root file)",
+                        inside.display()
+                    )),
+                    None => wrong.push(format!(
+                        "{folder}/{} -> {used} (of the root file)",
+                        inside.display()
+                    )),
                 }
             }
         }
@@ -289,7 +454,19 @@ fn the_files_of_a_folder_import_only_files_before_them() {
         "imports inside a folder that do not point down: {wrong:#?}"
     );
     assert!(
-        seen > 10,
+        seen > 40,
         "the scan sees the imports between files ({seen})"
     );
+}
+
+#[test]
+fn the_room_scanner_reads_nested_and_full_paths() {
+    let text = "use super::super::validate::x;\nuse super::check;\nuse crate::variant::{owner::Owner, Base};\nuse crate::{crd::X, variant::names::y};\n#[cfg(test)]\nmod tests {\n    use super::super::build;\n}";
+    assert_eq!(
+        rooms_used(without_inline_tests(text), "variant", 2),
+        ["validate", "owner", "Base", "names"]
+    );
+    assert_eq!(rooms_used("use super::{a, b::c};", "x", 1), ["a", "b"]);
+    let group = "use kube::{\n    api::{Api, Patch},\n    Client,\n};\nuse crate::{api::{x::Y, z}, cache::C};";
+    assert_eq!(rooms_used(group, "api", 1), ["x", "z"]);
 }

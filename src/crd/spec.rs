@@ -78,63 +78,85 @@ impl Default for Variant {
     }
 }
 
-/// Desired state of a MutantDeployment: a base Deployment and the variants to run of it.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) names its own type_; clippy reads them as repeated attributes"
-)]
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "neiam.org",
-    version = "v1",
+/// Declares the spec of one owner kind and, through kube's derive, the kind itself: both kinds
+/// share their group, status, category and columns (`Base`, `Ready`, the kind's own columns,
+/// `Age`, and with `-o wide` `Variants`, `Services` and `Message`).
+macro_rules! owner_kind {
+    (
+        $(#[$meta:meta])*
+        kind = $kind:literal, shortname = $short:literal, about = $about:literal,
+        columns = [$($column:tt)*],
+        pub struct $spec:ident { $($fields:tt)* }
+    ) => {
+        $(#[$meta])*
+        #[allow(
+            clippy::duplicated_attributes,
+            reason = "each printcolumn(...) names its own type_; clippy reads them as repeated \
+                      attributes"
+        )]
+        #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+        #[kube(
+            group = "neiam.org",
+            version = "v1",
+            kind = $kind,
+            namespaced,
+            status = "OwnerStatus",
+            shortname = $short,
+            category = "mutantops",
+            doc = $about,
+            printcolumn(
+                name = "Base",
+                type_ = "string",
+                json_path = ".spec.deployment.metadata.name",
+                description = "name of the base Deployment"
+            ),
+            printcolumn(
+                name = "Ready",
+                type_ = "string",
+                json_path = ".status.summary",
+                description = "variants ready"
+            ),
+            $($column)*
+            printcolumn(
+                name = "Age",
+                type_ = "date",
+                json_path = ".metadata.creationTimestamp"
+            ),
+            printcolumn(
+                name = "Variants",
+                type_ = "string",
+                json_path = ".status.variantLabels",
+                description = "labels of the variants declared",
+                priority = "1"
+            ),
+            printcolumn(
+                name = "Services",
+                type_ = "string",
+                json_path = ".status.variantServices",
+                description = "the variants' Services and their ports",
+                priority = "1"
+            ),
+            printcolumn(
+                name = "Message",
+                type_ = "string",
+                json_path = ".status.message",
+                description = "what is wrong with the object as a whole, if anything",
+                priority = "1"
+            )
+        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct $spec { $($fields)* }
+    };
+}
+
+owner_kind! {
+    /// Desired state of a MutantDeployment: a base Deployment and the variants to run of it.
     kind = "MutantDeployment",
-    namespaced,
-    status = "OwnerStatus",
     shortname = "md",
-    category = "mutantops",
-    doc = "A base Deployment run as several variants, declared in git. Each entry of \
-           spec.mutations becomes Deployment <base name>-<label>.",
-    printcolumn(
-        name = "Base",
-        type_ = "string",
-        json_path = ".spec.deployment.metadata.name",
-        description = "name of the base Deployment"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.summary",
-        description = "variants ready"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Variants",
-        type_ = "string",
-        json_path = ".status.variantLabels",
-        description = "labels of the variants declared",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "Services",
-        type_ = "string",
-        json_path = ".status.variantServices",
-        description = "the variants' Services and their ports",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "Message",
-        type_ = "string",
-        json_path = ".status.message",
-        description = "what is wrong with the object as a whole, if anything",
-        priority = "1"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct MutantDeploymentSpec {
+    about = "A base Deployment run as several variants, declared in git. Each entry of \
+             spec.mutations becomes Deployment <base name>-<label>.",
+    columns = [],
+    pub struct MutantDeploymentSpec {
     /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
     /// created itself; each variant is a copy of it.
     #[schemars(schema_with = "embedded_deployment")]
@@ -150,72 +172,25 @@ pub struct MutantDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
 }
+}
 
-/// Desired state of a Mutation: a base Deployment and variants managed at run time through the
-/// HTTP API.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) names its own type_; clippy reads them as repeated attributes"
-)]
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "neiam.org",
-    version = "v1",
+owner_kind! {
+    /// Desired state of a Mutation: a base Deployment and variants managed at run time through the
+    /// HTTP API.
     kind = "Mutation",
-    namespaced,
-    status = "OwnerStatus",
     shortname = "mut",
-    category = "mutantops",
-    doc = "A base Deployment run as several variants that are managed at run time through the \
-           mutantops HTTP API. Each variant becomes Deployment <base name>-<label>; the \
-           Mutation's token is in Secret <name>-secret.",
-    printcolumn(
-        name = "Base",
-        type_ = "string",
-        json_path = ".spec.deployment.metadata.name",
-        description = "name of the base Deployment"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.summary",
-        description = "variants ready"
-    ),
-    printcolumn(
-        name = "Secret",
-        type_ = "string",
-        json_path = ".status.secret",
-        description = "Secret holding this Mutation's API token"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Variants",
-        type_ = "string",
-        json_path = ".status.variantLabels",
-        description = "labels of the variants declared",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "Services",
-        type_ = "string",
-        json_path = ".status.variantServices",
-        description = "the variants' Services and their ports",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "Message",
-        type_ = "string",
-        json_path = ".status.message",
-        description = "what is wrong with the object as a whole, if anything",
-        priority = "1"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct MutationSpec {
+    about = "A base Deployment run as several variants that are managed at run time through \
+             the mutantops HTTP API. Each variant becomes Deployment <base name>-<label>; the \
+             Mutation's token is in Secret <name>-secret.",
+    columns = [
+        printcolumn(
+            name = "Secret",
+            type_ = "string",
+            json_path = ".status.secret",
+            description = "Secret holding this Mutation's API token"
+        ),
+    ],
+    pub struct MutationSpec {
     /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
     /// created itself; each variant is a copy of it.
     #[schemars(schema_with = "embedded_deployment")]
@@ -242,6 +217,7 @@ pub struct MutationSpec {
     /// it deletes them). The Mutation's token cannot change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+}
 }
 
 /// State of one variant.
