@@ -83,6 +83,25 @@ fn base_json() -> Value {
     })
 }
 
+/// The findings of a first reconcile at generation 1 with nothing wrong: tests change what
+/// they are about with `..findings(..)`.
+fn findings(
+    previous: &crate::crd::OwnerStatus,
+    variants: Vec<crate::crd::VariantStatus>,
+) -> Findings<'_> {
+    Findings {
+        previous,
+        generation: Some(1),
+        secret: None,
+        base_error: None,
+        unservable: None,
+        not_allowed: None,
+        problems: Vec::new(),
+        variants,
+        now: "t1",
+    }
+}
+
 fn base() -> Base {
     match Base::parse(&base_json()) {
         Ok(b) => b,

@@ -182,15 +182,11 @@ fn the_status_says_the_base_is_not_allowed_here() {
         "why",
     );
     let status = owner_status(Findings {
-        previous: &OwnerStatus::default(),
-        generation: Some(1),
-        secret: None,
-        base_error: None,
-        unservable: None,
         not_allowed: Some("why"),
-        problems: Vec::new(),
-        variants: planned.iter().map(|p| p.status(None)).collect(),
-        now: "t1",
+        ..findings(
+            &OwnerStatus::default(),
+            planned.iter().map(|p| p.status(None)).collect(),
+        )
     });
     assert_eq!(
         status.message.as_deref(),

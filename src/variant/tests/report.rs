@@ -115,15 +115,9 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
         1,
     )];
     let first = owner_status(Findings {
-        previous: &OwnerStatus::default(),
         generation: Some(2),
         secret: Some("snap-secret".into()),
-        base_error: None,
-        unservable: None,
-        not_allowed: None,
-        problems: Vec::new(),
-        variants: variants.clone(),
-        now: "t1",
+        ..findings(&OwnerStatus::default(), variants.clone())
     });
     assert_eq!(first.summary, "1/1 variants ready");
     assert_eq!(first.message, None);
@@ -132,28 +126,19 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
     assert_eq!(first.conditions[0].last_transition_time, "t1");
     // the same findings later: an equal status, so nothing is written (R12)
     let again = owner_status(Findings {
-        previous: &first,
         generation: Some(2),
         secret: Some("snap-secret".into()),
-        base_error: None,
-        unservable: None,
-        not_allowed: None,
-        problems: Vec::new(),
-        variants,
         now: "t2",
+        ..findings(&first, variants)
     });
     assert_eq!(again, first);
     // the invalid base first, then the other problems
     let broken = owner_status(Findings {
-        previous: &first,
         generation: Some(3),
-        secret: None,
         base_error: Some("no spec"),
-        unservable: None,
-        not_allowed: None,
         problems: vec!["Secret \"snap-secret\" exists".into()],
-        variants: Vec::new(),
         now: "t3",
+        ..findings(&first, Vec::new())
     });
     assert_eq!(
         broken.message.as_deref(),
@@ -180,17 +165,7 @@ fn the_owner_status_lists_the_declared_labels() {
         crate::crd::fixtures::variant_status("Bad", VariantState::Invalid, 0),
         crate::crd::fixtures::variant_status("a", VariantState::Conflict, 0),
     ];
-    let status = owner_status(Findings {
-        previous: &OwnerStatus::default(),
-        generation: Some(1),
-        secret: None,
-        base_error: None,
-        unservable: None,
-        not_allowed: None,
-        problems: Vec::new(),
-        variants,
-        now: "t1",
-    });
+    let status = owner_status(findings(&OwnerStatus::default(), variants));
     assert_eq!(status.variant_labels, "b,Bad,a");
     assert_eq!(
         serde_json::to_value(&status).unwrap_or_default()["variantLabels"],
@@ -210,15 +185,8 @@ fn an_unservable_name_is_reported_and_never_ready() {
     );
     assert_eq!(unservable_name("Mutation", &"m".repeat(63)), None);
     let status = owner_status(Findings {
-        previous: &OwnerStatus::default(),
-        generation: Some(1),
-        secret: None,
-        base_error: None,
         unservable: Some(&problem),
-        not_allowed: None,
-        problems: Vec::new(),
-        variants: Vec::new(),
-        now: "t1",
+        ..findings(&OwnerStatus::default(), Vec::new())
     });
     assert_eq!(status.message.as_deref(), Some(problem.as_str()));
     let condition = &status.conditions[0];
