@@ -5,10 +5,11 @@ downloaded and built in a copy) and cached with the CRDs its module ships.
 
 It runs on the same cluster with its defaults (all namespaces, leader election on) once the
 operator's scale namespace is gone (it watches every ReplicaSet of the cluster, and those of
-the scale run would be counted against it): idle RSS 5 s after it logs that its Experiment
-workers started, then N Experiments x V templates created as the Mutations were, convergence,
-its requests (user agent rollouts-controller/), and VmRSS and VmHWM after the same steady
-window as the operator's."""
+the scale run would be counted against it), at every point of the scale curve: a fresh
+controller each time, idle RSS 5 s after it logs that its Experiment workers started (of the
+first one: the idle figure), then n Experiments x V templates created as the Mutations were,
+convergence, its requests (user agent rollouts-controller/), VmRSS and VmHWM 10 s after
+convergence, or for the last point, N, after the same steady window as the operator's."""
 
 import json
 import os
@@ -18,8 +19,9 @@ import time
 from pathlib import Path
 
 import converge
+import curve
 import steady
-from common import (LEASE_NS, bytes_mib, die, free_port, joined, kib_mib, log, num, number, per_minute,
+from common import (LEASE_NS, bytes_mib, die, free_port, joined, kib_mib, log, met, num, number, per_minute,
                     proc_status, ratio, row, run, step, suffix, write_json)
 
 VERSION = "v1.10.2"
@@ -115,40 +117,56 @@ def measure(b):
     for f in sorted((DIR / "crds").glob("*.yaml")):
         if b.kubectl("apply", "--server-side", "--force-conflicts", "-f", f, check=False).returncode:
             die(f"could not apply {f}")
-    start(b, "idle")
-    time.sleep(5)
-    st = status(b, b.path("peer-idle.json"))
-    R["peer_idle_rss"], R["peer_idle_hwm"] = str(st["VmRSS"]), str(st["VmHWM"])
-    log(f"peer idle: VmRSS {R['peer_idle_rss']} KiB")
-    point(b)
-    stop(b)
+    for i, n in enumerate([*curve.points(b), b.N]):
+        start(b, "idle" if i == 0 else str(n))
+        time.sleep(5)
+        if i == 0:
+            st = status(b, b.path("peer-idle.json"))
+            R["peer_idle_rss"], R["peer_idle_hwm"] = str(st["VmRSS"]), str(st["VmHWM"])
+            log(f"peer idle: VmRSS {R['peer_idle_rss']} KiB")
+        point(b, n)
+        stop(b)
     R["peer"] = "measured"
 
 
-def point(b):
-    """N Experiments: results in R[peer_*]."""
-    R, n, timeout = b.R, b.N, b.PEER_TIMEOUT
-    ns, folder = f"bench-peer-{suffix()}", b.path("peer")
+def point(b, n):
+    """n Experiments: results in R[peer_<n>_*], for N in R[peer_*] as before the curve."""
+    R, last, timeout = b.R, n == b.N, b.PEER_TIMEOUT
+    key = "peer_" if last else f"peer_{n}_"
+    ns = f"bench-peer-{suffix()}" if last else f"bench-peer-{n}-{suffix()}"
+    folder = b.path("peer" if last else f"peer-{n}")
+    step(f"the peer at {n} Experiments x {b.V} templates in namespace {ns}")
     b.create_namespace(ns)
     res = converge.point(b, "experiments", ns, n, folder, timeout)
     req = res["requests"]
-    R["peer_converged"] = num(res["converged"])
-    R["peer_sets"] = num(res["replicasets"]) if res["replicasets"] is not None \
+    R[key + "converged"] = num(res["converged"])
+    R[key + "sets"] = num(res["replicasets"]) if res["replicasets"] is not None \
         else f"not within {timeout} s ({res['replicasets_count']}/{n * b.V})"
-    R["peer_running"] = num(res["running"]) if res["running"] is not None \
+    R[key + "running"] = num(res["running"]) if res["running"] is not None \
         else f"not within {timeout} s ({res['running_count']}/{n})"
-    R["peer_requests"] = str(req["total"])
-    R["peer_by_verb"], R["peer_by_res"] = joined(req["by_verb"]), joined(req["by_resource"])
-    log(f"peer: ReplicaSets after {R['peer_sets']} s, all Running after {R['peer_running']} s; "
-        f"{R['peer_requests']} requests")
-    req = steady.window(b, "rollouts-controller/", folder / "requests-steady.json")
-    R["peer_steady"] = per_minute(sum(req["by_verb"].values()), b.STEADY_SECONDS)
+    R[key + "requests"] = str(req["total"])
+    if last:
+        R["peer_by_verb"], R["peer_by_res"] = joined(req["by_verb"]), joined(req["by_resource"])
+    log(f"peer: ReplicaSets after {R[key + 'sets']} s, all Running after {R[key + 'running']} s; "
+        f"{R[key + 'requests']} requests")
+    if last:
+        req = steady.window(b, "rollouts-controller/", folder / "requests-steady.json")
+        R["peer_steady"] = per_minute(sum(req["by_verb"].values()), b.STEADY_SECONDS)
+    else:
+        time.sleep(10)
     st = status(b, folder / "rss.json")
-    R["peer_rss"], R["peer_hwm"] = str(st["VmRSS"]), str(st["VmHWM"])
-    log(f"peer steady: VmRSS {R['peer_rss']} KiB, {R['peer_steady']} requests/min")
+    R[key + "rss"], R[key + "hwm"] = str(st["VmRSS"]), str(st["VmHWM"])
+    if last:
+        log(f"peer steady: VmRSS {R['peer_rss']} KiB, {R['peer_steady']} requests/min")
+    else:
+        log(f"peer at {n}: VmRSS {R[key + 'rss']} KiB, VmHWM {R[key + 'hwm']} KiB")
+        b.delete_namespace(ns, 180)
 
 
 # --- the rows -------------------------------------------------------------------------------------
+
+RSS_RATIO_TARGET = 0.1  # mutantops at most a tenth of the peer's RSS, at every point
+
 
 def awk_number(x):
     """As awk prints a number: whole ones whole, others with 6 significant digits."""
@@ -161,6 +179,18 @@ def maybe_ratio(a, b):
         return f" ({ratio(float(a), float(b))})"
     except ValueError:
         return ""
+
+
+def rss_row(b, label, ours, theirs, anon, file):
+    """The RSS of both at a point, judged: where it is missed, what mutantops' RSS is made of
+    (the binary's file pages dominate at small scales) beside its idle figure."""
+    R = b.R
+    ok = number(ours) <= RSS_RATIO_TARGET * number(theirs)
+    value = f"{kib_mib(ours)} / {kib_mib(theirs)} ({ratio(ours, theirs)})"
+    if not ok and R.get(file):
+        value += (f"; mutantops: {kib_mib(R[file])} file pages + {kib_mib(R[anon])} anon "
+                  f"(idle {kib_mib(R['idle_rss'])}: {kib_mib(R['idle_file'])} file pages)")
+    return row(label, value, f"≤ {RSS_RATIO_TARGET * 100:.0f}%", met(ok))
 
 
 def rows(b):
@@ -177,8 +207,19 @@ def rows(b):
     yield row("peer: idle RSS, mutantops / rollouts-controller (VmRSS)",
               f"{kib_mib(R['idle_rss'])} / {kib_mib(R['peer_idle_rss'])} ({ratio(R['idle_rss'], R['peer_idle_rss'])})",
               "-", "-")
-    yield row(f"peer: RSS at {N}x{V}, {s} s after convergence, mutantops / rollouts-controller (VmRSS)",
-              f"{kib_mib(R['scale_rss'])} / {kib_mib(R['peer_rss'])} ({ratio(R['scale_rss'], R['peer_rss'])})", "-", "-")
+    for n in b.CURVE:
+        p, c = f"peer_{n}_", f"curve_{n}_"
+        if not R.get(p + "rss") or not R.get(c + "rss"):
+            continue
+        yield rss_row(b, f"peer: RSS at {n}x{V}, 10 s after convergence, mutantops / rollouts-controller (VmRSS)",
+                      R[c + "rss"], R[p + "rss"], c + "anon", c + "file")
+        yield row(f"peer: at {n}x{V}, mutantops / rollouts-controller: peak RSS (VmHWM); all {n} owners ready; "
+                  "requests to converge",
+                  f"{kib_mib(R[c + 'hwm'])} / {kib_mib(R[p + 'hwm'])} ({ratio(R[c + 'hwm'], R[p + 'hwm'])}); "
+                  f"{R[c + 'ready']} s / {R[p + 'running']} s{maybe_ratio(R[c + 'ready'], R[p + 'running'])}; "
+                  f"{R[c + 'requests']} / {R[p + 'requests']} ({ratio(R[c + 'requests'], R[p + 'requests'])})", "-", "-")
+    yield rss_row(b, f"peer: RSS at {N}x{V}, {s} s after convergence, mutantops / rollouts-controller (VmRSS)",
+                  R["scale_rss"], R["peer_rss"], "scale_anon", "scale_file")
     yield row(f"peer: peak RSS at {N}x{V}, mutantops / rollouts-controller (VmHWM)",
               f"{kib_mib(R['conv_hwm'])} / {kib_mib(R['peer_hwm'])} ({ratio(R['conv_hwm'], R['peer_hwm'])})", "-", "-")
     ours, theirs = R["conv_deps"].removesuffix(" s"), R["peer_sets"]

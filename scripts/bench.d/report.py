@@ -8,6 +8,7 @@ import platform
 import subprocess
 
 import api
+import curve
 import peer
 import table
 from common import REPO, log, num
@@ -83,6 +84,7 @@ def measured(b):
         bloat = b.path("bloat.txt").read_text().rstrip("\n")
     except OSError:
         bloat = "(skipped: --no-size)"
+    points = ", ".join(str(n) for n in [*curve.points(b), b.N])
     static = ""
     if R.get("idle_static_rss"):
         static = f" The static binary: {R['idle_static_anon']} KiB anonymous, {R['idle_static_file']} KiB file pages."
@@ -203,7 +205,8 @@ namespace of its own that is deleted afterwards: a fresh operator, the Mutations
 `kubectl create`, `converge.py` as above, the operator's requests from the audit log,
 and VmRSS and VmHWM 10 s after every Mutation was Ready (the {b.N}-Mutation point is the scale
 run, read after its {b.STEADY_SECONDS} s steady window). Convergence time at small scale is
-mostly the control plane's: the Deployment controller must observe each Deployment.
+mostly the control plane's: the Deployment controller must observe each Deployment. The peer
+runs at the same points (below).
 
 ### The peer: Argo Rollouts
 
@@ -213,14 +216,19 @@ indefinitely when it has no `duration`, which is what a Mutation's variants are.
 controller (`rollouts-controller`, built here from the Go module proxy with {peer.GO},
 `-trimpath -ldflags='-s -w'`; the CRDs from its module's `manifests/crds`) runs on the same
 cluster, with its defaults (all namespaces, leader election on), after the scale run's
-namespace is deleted. The same {b.N} × {b.V} workload: {b.N} Experiments (`e0000`...) of {b.V} templates
-(`v0`...) with the bench's pod template and env vars and `replicas: 0`, created by
-{b.PARALLEL} parallel `kubectl create`. `converge.py` records when all {b.N * b.V}
-ReplicaSets exist (controlled by an Experiment, `replicas: 0`, observed by the ReplicaSet
-controller) and when every Experiment is `Running` with all templates `Running`. Idle RSS
-is read 5 s after it logs that its Experiment workers started; RSS after the same
-{b.STEADY_SECONDS} s steady window; requests by user agent `rollouts-controller/` as for the
-operator (not watches, not leases): {get('peer_by_res', 'not measured')}.
+namespace is deleted, at every point of the scale curve ({points} × {b.V}), each time a fresh
+controller and a namespace of its own, deleted afterwards. The same workload: n Experiments
+(`e0000`...) of {b.V} templates (`v0`...) with the bench's pod template and env vars and
+`replicas: 0`, created by up to {b.PARALLEL} parallel `kubectl create`. `converge.py` records
+when all n × {b.V} ReplicaSets exist (controlled by an Experiment, `replicas: 0`, observed by the
+ReplicaSet controller) and when every Experiment is `Running` with all templates `Running`.
+Idle RSS is read 5 s after the first controller logs that its Experiment workers started;
+VmRSS and VmHWM 10 s after convergence, and at {b.N} × {b.V} after the same {b.STEADY_SECONDS} s
+steady window; requests by user agent `rollouts-controller/` as for the operator (not watches,
+not leases), at {b.N} × {b.V}: {get('peer_by_res', 'not measured')}. mutantops' RSS is held to a tenth
+of the peer's at every point; where it is not, its row splits mutantops' VmRSS into file pages
+(the binary's code and libc, which dominate at small scales) and anonymous memory, beside
+the idle figures.
 
 How the workloads differ, and why the comparison is still fair: a Mutation's variant is a
 Deployment (the Deployment controller then makes its ReplicaSet), an Experiment's template is a
