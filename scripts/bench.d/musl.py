@@ -11,6 +11,9 @@ from common import REPO, bytes_mib, die, ge, kib_mib, le, log, met, output, rati
 
 TARGETS = ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl", "armv7-unknown-linux-musleabihf"]
 SIZE_TARGET = 6 * 1024 * 1024
+# Issue 28: the musl x86_64 binary is held to the glibc one's targets at scale.
+SETTLED_RSS_TARGET_KIB = 24 * 1024
+PEAK_RSS_TARGET_KIB = 28 * 1024
 P99_TARGET_MS = 2
 
 
@@ -40,8 +43,7 @@ def build(b):
 
 def rows(b):
     """Their sizes, and the x86_64 one beside the glibc build in the same run. musl is allowed
-    15% less GET throughput than glibc and no
-    more memory at scale."""
+    15% less GET throughput than glibc; its memory at scale has the glibc build's targets."""
     R, N, V = b.R, b.N, b.V
     if R.get("musl", "skipped") != "measured":
         yield row("binaries, static musl (scripts/musl-build)", "skipped (--no-musl)", "-", "-")
@@ -56,11 +58,11 @@ def rows(b):
         yield row(f"musl x86_64: RSS at {N}x{V} after a restart settled (glibc in the same run)",
                   f"{kib_mib(R['musl_relist_rss'])} (glibc {kib_mib(R['relist_rss'])}, "
                   f"{ratio(R['musl_relist_rss'], R['relist_rss'])})",
-                  "≤ glibc", met(le(R["musl_relist_rss"], R["relist_rss"])))
+                  "≤ 24 MiB", met(le(R["musl_relist_rss"], SETTLED_RSS_TARGET_KIB)))
         yield row("musl x86_64: peak RSS of that restart (VmHWM; glibc in the same run)",
                   f"{kib_mib(R['musl_relist_hwm'])} (glibc {kib_mib(R['relist_hwm'])}, "
                   f"{ratio(R['musl_relist_hwm'], R['relist_hwm'])})",
-                  "≤ glibc", met(le(R["musl_relist_hwm"], R["relist_hwm"])))
+                  "≤ 28 MiB", met(le(R["musl_relist_hwm"], PEAK_RSS_TARGET_KIB)))
     if R.get("musl_rps"):
         yield row("musl x86_64: API GET req/s, 1 core (glibc in the same run)",
                   f"{R['musl_rps']} (glibc {R['rps']}, {ratio(R['musl_rps'], R['rps'])})", "≥ 85% of glibc",

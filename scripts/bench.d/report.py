@@ -146,8 +146,8 @@ one at convergence, leaving out watches and the Lease (`coordination.k8s.io`):
 
 After convergence, nothing changes for {b.STEADY_SECONDS} s; the operator's requests in that
 window, from the audit log as above, are scaled to one minute. Lease requests (the leader
-renews every third of the 15 s duration: a GET and an UPDATE) are reported apart, and so are
-watch re-opens ({R['steady_watches']} in the window). Requests in the window: {get('steady_detail', 'none')}.
+renews every third of the 15 s duration with an UPDATE, without a GET before it) are reported
+apart, and so are watch re-opens ({R['steady_watches']} in the window). Requests in the window: {get('steady_detail', 'none')}.
 A restart (see RSS) made these requests: {get('relist_detail', 'none')}.
 
 ### HTTP API
