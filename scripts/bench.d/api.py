@@ -1,0 +1,228 @@
+"""The HTTP API: the operator pinned to CPU 0 (taskset -c 0; tokio then starts one worker), the
+load generators on CPU 1, and every thread of the control plane pinned to CPU 1 too, so
+nothing else runs on the operator's core. On Mutation `w` with variant `a`, created through the
+API with the admin token: the GET load (wrk, 50 connections, after a 3 s warm-up) with the
+Mutation's own token, over plain HTTP and over HTTPS, the same for the musl binary, the
+instructions one GET costs (callgrind), the write latency (latency.py) and, when a GET target
+is missed, where the CPU goes (perf, profiles.py)."""
+
+import base64
+import http.client
+import json
+import math
+import os
+import shutil
+import ssl
+import subprocess
+import urllib.parse
+
+import latency
+import profiles
+from common import BIN, MUSL_BIN, REPO, SYM_BIN, die, log, need, num, run, step, suffix, tail, write_json
+
+RPS_TARGET = 50000
+P99_TARGET_MS = 2
+GET_COUNT = 2000  # GETs counted by callgrind per binary
+
+
+def pin_control_plane(b, cpus):
+    """Every thread of every process of the bench cluster (etcd, kube-apiserver,
+    kube-controller-manager, kube-scheduler, kwok) onto `cpus` (a taskset list)."""
+    for f in sorted((b.cluster_dir / "pids").glob("*.pid")):
+        try:
+            pid = f.read_text().split("\n", 1)[0].strip()
+        except OSError:
+            continue
+        if not pid.isdigit():
+            continue
+        if run(["taskset", "-a", "-pc", cpus, pid], check=False, stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL).returncode:
+            log(f"warning: could not pin pid {pid} to CPU {cpus}")
+
+
+def request(method, url, token, body=None, cafile=None):
+    """One request; its status (None when it could not be sent)."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme == "https":
+        c = http.client.HTTPSConnection(u.hostname, u.port, timeout=10, context=ssl.create_default_context(cafile=cafile))
+    else:
+        c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        c.request(method, u.path, body=body, headers=headers)
+        r = c.getresponse()
+        r.read()
+        return r.status
+    except (OSError, ssl.SSLError):
+        return None
+    finally:
+        c.close()
+
+
+def parse_wrk(path):
+    """`wrk --latency` output: req/s, p50 ... p99 (ms), requests, non-2xx, socket errors."""
+    def ms(text):
+        for unit, f in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
+            if text.endswith(unit):
+                return float(text[: -len(unit)]) * f
+        return float(text)
+
+    res = {}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if line.startswith("Requests/sec:"):
+                res["rps"] = float(w[1])
+            elif len(w) == 2 and w[0] in ("50%", "75%", "90%", "99%"):
+                res[f"p{w[0][:-1]}_ms"] = round(ms(w[1]), 3)
+            elif "requests in" in line:
+                res["requests"] = int(w[0])
+            elif line.strip().startswith("Non-2xx or 3xx responses:"):
+                res["non_2xx"] = int(w[-1])
+            elif line.strip().startswith("Socket errors:"):
+                res["socket_errors"] = line.strip()
+    if "rps" not in res:
+        die(f"no Requests/sec in {path}")
+    return res
+
+
+def wrk(url, token, seconds, out=None, latency_dist=True):
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", "-c50", f"-d{seconds}s", *(["--latency"] if latency_dist else []),
+           "-H", f"Authorization: Bearer {token}", url]
+    if out is None:
+        run(cmd, stdout=subprocess.DEVNULL)
+    else:
+        with open(out, "w") as f:
+            run(cmd, stdout=f)
+
+
+def get_load(b, name, prefix, at, token):
+    """The GET load against the running operator (at `at`); results in R[<prefix>rps], ..."""
+    url = f"{at}/mutations/w/variants/a"
+    log(f"wrk ({name}): GET {url}, 50 connections, 3 s warm-up + {b.WRK_SECONDS}s")
+    wrk(url, token, 3)
+    wrk(url, token, b.WRK_SECONDS, b.path(f"wrk-{name}.txt"))
+    tail(b.path(f"wrk-{name}.txt"), 10**6)
+    res = parse_wrk(b.path(f"wrk-{name}.txt"))
+    write_json(b.path(f"wrk-{name}.json"), res)
+    if res.get("non_2xx", 0) != 0:
+        die(f"wrk got non-2xx answers: see {b.path(f'wrk-{name}.txt')}")
+    b.R[f"{prefix}rps"] = str(math.floor(res["rps"]))
+    b.R[f"{prefix}p50"], b.R[f"{prefix}p99"] = num(res["p50_ms"]), num(res["p99_ms"])
+    b.R[f"{prefix}wrk_errors"] = res.get("socket_errors", "none")
+
+
+def get_instructions(b, name, binary, prefix, url, token):
+    """The instructions (user space) one GET costs, counted by callgrind over GET_COUNT
+    sequential GETs after 200 warm-up ones: unlike req/s, the same whatever else the machine
+    does. Result in R[<prefix>instr]."""
+    out = b.path(f"callgrind-{name}.out")
+    b.start_operator(f"callgrind-{name}", ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                           f"--callgrind-out-file={out}"], binary)
+    pid = str(b.operator.pid)
+    latency.client(200, "GET", url, token, "")
+    run(["callgrind_control", "-i", "on", pid], stdout=subprocess.DEVNULL)
+    latency.client(GET_COUNT, "GET", url, token, "")
+    run(["callgrind_control", "-d", pid], stdout=subprocess.DEVNULL)
+    run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNULL)
+    b.stop_operator()
+    total = 0
+    try:
+        for line in open(f"{out}.1"):
+            if line.startswith("summary:"):
+                total += int(line.split()[1])
+    except OSError:
+        pass
+    if total <= 0:
+        die(f"callgrind counted no instructions for {name} (see {out}*)")
+    b.R[f"{prefix}instr"] = str(total // GET_COUNT)
+    log(f"{name}: {b.R[prefix + 'instr']} instructions per GET")
+
+
+def measure(b):
+    ns = f"bench-api-{suffix()}"
+    step("HTTP API: operator pinned to CPU 0 (taskset -c 0); load generators and the control plane on CPU 1")
+    # Nothing else on the operator's core: the GET tail measures the operator, not the API
+    # server's or etcd's work landing on its core. Undone when this part ends.
+    pin_control_plane(b, "1")
+    try:
+        measure_pinned(b, ns)
+    finally:
+        pin_control_plane(b, f"0-{os.cpu_count() - 1}")
+    # Its pods and Deployments must not load the control plane during the scale run.
+    log(f"deleting namespace {ns} (and waiting for it to go)")
+    b.delete_namespace(ns, 180)
+
+
+def measure_pinned(b, ns):
+    R, pinned = b.R, ["taskset", "-c", "0"]
+    b.create_namespace(ns)
+    b.start_operator("api", pinned)
+    api = f"http://127.0.0.1:{b.api_port}/api/v1/namespaces/{ns}"
+    base = json.loads((REPO / "deploy/examples/deployment.json").read_text())
+    base["metadata"]["name"] = "w"
+    create = {"name": "w", "deployment": base, "variants": [{"label": "a", "env": {"BENCH": "a"}, "instances": 0}]}
+    write_json(b.path("api-create.json"), create)
+    if request("POST", f"{api}/mutations", b.admin_token, json.dumps(create)) not in (200, 201):
+        die(f"POST {api}/mutations failed (see {b.path(f'operator-{b.op_count}-api.log')})")
+    secret = b.kubectl("-n", ns, "get", "secret", "w-secret", "-o", "jsonpath={.data.token}",
+                       stdout=subprocess.PIPE, text=True).stdout
+    token = base64.b64decode(secret).decode(errors="replace")
+    if len(token) != 64:
+        die("the Mutation's Secret w-secret holds no 64-character token")
+    get = f"{api}/mutations/w/variants/a"
+    if request("GET", get, token) != 200:
+        die(f"GET {get} with the Mutation's token failed")
+    get_load(b, "glibc", "", api, token)
+    # The same load over HTTPS (MUTANT_API_TLS_*; a self-signed P-256 certificate, keep-alive
+    # connections as above), the glibc binary pinned the same way; then plain HTTP again.
+    tls, https = b.path("tls"), "https:" + api[len("http:"):]
+    b.stop_operator()
+    tls.mkdir(exist_ok=True)
+    with open(tls / "openssl.log", "w") as err:
+        if run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                "-keyout", tls / "tls.key", "-out", tls / "tls.crt"], check=False, stdout=err, stderr=err).returncode:
+            die(f"openssl could not make the bench's certificate (see {tls / 'openssl.log'})")
+    b.start_operator("api-tls", pinned, env={"MUTANT_API_TLS_CERT_FILE": str(tls / "tls.crt"),
+                                             "MUTANT_API_TLS_KEY_FILE": str(tls / "tls.key")})
+    if request("GET", f"{https}/mutations/w/variants/a", token, cafile=str(tls / "tls.crt")) != 200:
+        die(f"GET over HTTPS failed (see {b.path(f'operator-{b.op_count}-api-tls.log')})")
+    get_load(b, "tls", "tls_", https, token)
+    b.stop_operator()
+    b.start_operator("api", pinned)
+    # The musl binary right after, pinned the same way, on the same Mutation; then the glibc
+    # one again for the writes.
+    if R["musl"] == "measured":
+        b.stop_operator()
+        b.start_operator("api-musl", pinned, MUSL_BIN)
+        get_load(b, "musl", "musl_", api, token)
+        b.stop_operator()
+        if need("valgrind", "valgrind", optional=True):
+            get_instructions(b, "glibc", BIN, "", get, token)
+            get_instructions(b, "musl", MUSL_BIN, "musl_", get, token)
+        b.start_operator("api-writes", pinned)
+
+    # Writes: sequential, one at a time over one keep-alive connection, timed by the client;
+    # the API server's histogram of the same period beside them.
+    latency.measure(b, api, token)
+    b.stop_operator()
+
+    # Where the GET path's CPU goes, when a target is missed: the same wrk run against the
+    # unstripped build (same source and profile) under `perf record` (999 Hz, call graphs).
+    R["cpu_profile"] = "skipped"
+    if (float(R["rps"]) < RPS_TARGET or float(R["p99"]) > P99_TARGET_MS) and b.DO_SIZE and SYM_BIN.is_file() \
+            and shutil.which("perf"):
+        log("a GET target is missed: CPU profile of the same wrk run (perf record, unstripped build)")
+        b.start_operator("api-perf", pinned, SYM_BIN)
+        wrk(get, token, 3, latency_dist=False)
+        with open(b.path("perf-record.log"), "w") as out:
+            perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o", str(b.path("perf.data")),
+                                     "-p", str(b.operator_pid()), "--", "sleep", str(b.WRK_SECONDS)],
+                                    stdout=out, stderr=subprocess.STDOUT)
+        wrk(get, token, b.WRK_SECONDS, b.path("wrk-perf.txt"), latency_dist=False)
+        if perf.wait():
+            die(f"perf record failed: see {b.path('perf-record.log')}")
+        b.stop_operator()
+        write_json(b.path("perf.json"), profiles.perf(b.path("perf.data")))
+        R["cpu_profile"] = "measured"

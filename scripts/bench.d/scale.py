@@ -1,0 +1,103 @@
+"""The scale run: N Mutations x V variants (instances 0) created at once on a fresh operator;
+convergence (converge.py) and the operator's requests for it, the peak RSS while converging,
+the steady state and the RSS after it (steady.py), then a restart with everything in place
+(the full list of N Mutations, N*V Deployments and N Secrets, and a reconcile of each): its
+peak RSS and requests, the same restart with the musl binary, and under heaptrack (the memory
+profile, with the unstripped build)."""
+
+import glob
+import os
+import signal
+import subprocess
+import time
+
+import converge
+import profiles
+import steady
+from common import MUSL_BIN, SYM_BIN, die, joined, log, need, num, step, suffix, tenths, write_json
+
+
+def measure(b):
+    R, N, V = b.R, b.N, b.V
+    ns = f"bench-scale-{suffix()}"
+    step(f"scale: {N} Mutations x {V} variants (instances 0) in namespace {ns}")
+    b.create_namespace(ns)
+    b.scale_ns = ns
+    b.start_operator("scale")
+    time.sleep(2)
+    res = converge.point(b, "mutations", ns, N, b.path("scale"), b.TIMEOUT)
+    R["apply_s"] = res["apply_s"]
+    R["converged"] = num(res["converged"])
+    if res["converged"]:
+        R["conv_deps"], R["conv_observed"] = f"{num(res['deployments'])} s", f"{num(res['observed'])} s"
+        R["conv_ready"] = num(res["ready"])
+        R["conv_lag"] = num(tenths(res["ready"] - res["observed"]))
+        log(f"converged: Deployments after {R['conv_deps']}, observed by the Deployment controller after "
+            f"{R['conv_observed']}, every Mutation Ready after {R['conv_ready']} s")
+    else:
+        R["conv_deps"] = converge.since(res, "deployments", N * V, b.TIMEOUT)
+        R["conv_observed"] = converge.since(res, "observed", N * V, b.TIMEOUT)
+        R["conv_ready"] = str(b.TIMEOUT)
+        R["conv_ready_text"] = f"not within {b.TIMEOUT} s ({res['ready_count']}/{N} Ready)"
+        R["conv_lag"] = "-"
+        log(f"NOT converged within {b.TIMEOUT} s; measuring the rest anyway (the steady state is then not steady)")
+    req = res["requests"]
+    R["conv_requests"] = str(req["total"])
+    R["conv_by_verb"], R["conv_by_res"] = joined(req["by_verb"]), joined(req["by_resource"])
+    secrets = b.kubectl("-n", ns, "get", "secrets", "-l", "mutantops.neiam.org/kind=mutation", "-o", "name",
+                        stdout=subprocess.PIPE, text=True).stdout
+    R["secrets"] = str(len(secrets.splitlines()))
+    R["conv_hwm"] = str(b.operator_status("rss-converged.json")["VmHWM"])
+
+    steady.measure(b)
+
+    step(f"restart with everything in place: initial list of {N} Mutations, {N * V} Deployments, {N} Secrets")
+    b.stop_operator()
+    start = b.audit_mark()
+    R["relist_ready_s"] = b.start_operator("relist")
+    b.wait_reconciled(N, 300)
+    end = b.audit_mark()
+    st = b.operator_status("rss-relist.json")
+    R["relist_rss"], R["relist_hwm"] = str(st["VmRSS"]), str(st["VmHWM"])
+    req = b.requests(start, end, b.path("requests-relist.json"))
+    R["relist_requests"], R["relist_detail"] = str(req["total"]), joined(req["by_resource"])
+    log(f"relist: ready after {R['relist_ready_s']} s; VmHWM {R['relist_hwm']} KiB; {R['relist_requests']} "
+        f"requests ({R['relist_detail']})")
+    b.stop_operator()
+
+    # The same restart with the x86_64 musl binary, and its RSS once it has settled as long
+    # as the glibc one had (the reconciles done, 3 s still).
+    if R["musl"] == "measured":
+        step(f"the same restart with the musl binary ({MUSL_BIN})")
+        b.start_operator("relist-musl", binary=MUSL_BIN)
+        b.wait_reconciled(N, 300)
+        st = b.operator_status("rss-relist-musl.json")
+        R["musl_relist_rss"], R["musl_relist_hwm"] = str(st["VmRSS"]), str(st["VmHWM"])
+        log(f"relist (musl): VmRSS {R['musl_relist_rss']} KiB, VmHWM {R['musl_relist_hwm']} KiB")
+        b.stop_operator()
+
+    R["profile"] = "skipped"
+    if b.PROFILE and b.DO_SIZE and SYM_BIN.is_file() and need("heaptrack", "heaptrack", optional=True):
+        heap_profile(b)
+
+
+def heap_profile(b):
+    step(f"memory profile of the same restart: heaptrack on the unstripped build ({SYM_BIN})")
+    b.start_operator("heaptrack", ["heaptrack", "-o", b.path("heaptrack")], SYM_BIN)
+    b.wait_reconciled(b.N, 600)
+    # KILL, not TERM: what heaptrack then reports as leaked is what was live at this
+    # moment (a clean shutdown would free the caches first).
+    # heaptrack's script then finishes writing and exits by itself: a TERM to it would
+    # stop its writer too, so wait for it.
+    b.kill_operator(signal.SIGKILL)
+    b.operator.wait()
+    b.operator = None
+    for cost in ("peak", "leaked"):
+        with open(b.path(f"heaptrack-{cost}.log"), "w") as out:
+            p = subprocess.run(["heaptrack_print", "--print-flamegraph", str(b.path(f"heaptrack-{cost}.txt")),
+                                "--flamegraph-cost-type", cost, *sorted(glob.glob(os.path.join(b.run_dir, "heaptrack.*zst")))],
+                               stdout=out, stderr=subprocess.STDOUT)
+        if p.returncode:
+            die(f"heaptrack_print failed: see {b.path(f'heaptrack-{cost}.log')}")
+    write_json(b.path("heap.json"), profiles.heap(b.path("heaptrack-peak.txt"), b.path("heaptrack-leaked.txt")))
+    b.R["profile"] = "measured"
