@@ -209,20 +209,30 @@ def measure_pinned(b, ns):
     b.stop_operator()
 
     # Where the GET path's CPU goes, when a target is missed: the same wrk run against the
-    # unstripped build (same source and profile) under `perf record` (999 Hz, call graphs).
-    R["cpu_profile"] = "skipped"
-    if (float(R["rps"]) < RPS_TARGET or float(R["p99"]) > P99_TARGET_MS) and b.DO_SIZE and SYM_BIN.is_file() \
-            and shutil.which("perf"):
-        log("a GET target is missed: CPU profile of the same wrk run (perf record, unstripped build)")
-        b.start_operator("api-perf", pinned, SYM_BIN)
-        wrk(get, token, 3, latency_dist=False)
-        with open(b.path("perf-record.log"), "w") as out:
-            perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o", str(b.path("perf.data")),
-                                     "-p", str(b.operator_pid()), "--", "sleep", str(b.WRK_SECONDS)],
-                                    stdout=out, stderr=subprocess.STDOUT)
-        wrk(get, token, b.WRK_SECONDS, b.path("wrk-perf.txt"), latency_dist=False)
-        if perf.wait():
-            die(f"perf record failed: see {b.path('perf-record.log')}")
-        b.stop_operator()
-        write_json(b.path("perf.json"), profiles.perf(b.path("perf.data")))
-        R["cpu_profile"] = "measured"
+    # unstripped build (same source and profile) under `perf record` (999 Hz, call graphs); for
+    # plain HTTP and for HTTPS, each when its own target is missed.
+    R["cpu_profile"] = R["tls_cpu_profile"] = "skipped"
+    if not (b.DO_SIZE and SYM_BIN.is_file() and shutil.which("perf")):
+        return
+    if float(R["rps"]) < RPS_TARGET or float(R["p99"]) > P99_TARGET_MS:
+        cpu_profile(b, "", pinned, get, token, {})
+    if R.get("tls_p99") not in (None, "") and float(R["tls_p99"]) > P99_TARGET_MS:
+        cpu_profile(b, "tls-", pinned, f"{https}/mutations/w/variants/a", token,
+                    {"MUTANT_API_TLS_CERT_FILE": str(tls / "tls.crt"), "MUTANT_API_TLS_KEY_FILE": str(tls / "tls.key")})
+
+
+def cpu_profile(b, prefix, pinned, url, token, env):
+    """The wrk run of `url` again, under `perf record` of the unstripped build: perf{-tls}.json."""
+    log(f"a GET target is missed: CPU profile of the same wrk run on {url} (perf record, unstripped build)")
+    b.start_operator(f"api-{prefix}perf", pinned, SYM_BIN, env=env)
+    wrk(url, token, 3, latency_dist=False)
+    with open(b.path(f"perf-{prefix}record.log"), "w") as out:
+        perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o", str(b.path(f"perf-{prefix}.data")),
+                                 "-p", str(b.operator_pid()), "--", "sleep", str(b.WRK_SECONDS)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    wrk(url, token, b.WRK_SECONDS, b.path(f"wrk-{prefix}perf.txt"), latency_dist=False)
+    if perf.wait():
+        die(f"perf record failed: see {b.path(f'perf-{prefix}record.log')}")
+    b.stop_operator()
+    write_json(b.path(f"perf{'-tls' if prefix else ''}.json"), profiles.perf(b.path(f"perf-{prefix}.data")))
+    b.R[f"{prefix.replace('-', '_')}cpu_profile"] = "measured"

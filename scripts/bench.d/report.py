@@ -266,15 +266,18 @@ Peak heap {num(h['peak_mib'])} MiB; live after the restart settled {num(h['live_
 {groups}
 
 """
-    if R.get("cpu_profile") == "measured":
-        p = json.loads(b.path("perf.json").read_text())
-        rps = int(api.parse_wrk(b.path("wrk-perf.txt"))["rps"])
+    for key, name, load, what in (("cpu_profile", "perf", "wrk-perf", "the API's GET path"),
+                                   ("tls_cpu_profile", "perf-tls", "wrk-tls-perf", "the API's GET path over HTTPS")):
+        if R.get(key) != "measured":
+            continue
+        p = json.loads(b.path(f"{name}.json").read_text())
+        rps = int(api.parse_wrk(b.path(f"{load}.txt"))["rps"])
         crates = "\n".join(f"| {c['name']} | {num(c['share'])}% |" for c in p["crates"])
         top = "\n".join(f"| {num(t['share'])}% | `{t['symbol'].replace('|', '/')}` |" for t in p["top"])
-        out += f"""## CPU profile of the API's GET path
+        out += f"""## CPU profile of {what}
 
-A GET target was missed, so the wrk run above was repeated against the unstripped build
-(pinned the same way) under `perf record -F 999 -g -p <pid> -- sleep {b.WRK_SECONDS}`, then
+A target of this run was missed, so its wrk run above was repeated against the unstripped
+build (pinned the same way) under `perf record -F 999 -g -p <pid> -- sleep {b.WRK_SECONDS}`, then
 `perf report --no-children --sort dso,sym`, summed by crate by `profiles.py`
 ({rps} req/s under perf):
 
