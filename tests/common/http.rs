@@ -29,6 +29,22 @@ impl Reply {
             .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
     }
 
+    /// The string `field` of each element of the body, a JSON array: the names of a list of
+    /// Mutations, the labels of a list of variants. Panics on an element without it.
+    pub fn each(&self, field: &str) -> Vec<String> {
+        let body = self.json();
+        let items = body
+            .as_array()
+            .unwrap_or_else(|| panic!("body is not a JSON array: {:?}", self.body));
+        items
+            .iter()
+            .map(|item| match item[field].as_str() {
+                Some(value) => value.to_string(),
+                None => panic!("no string {field:?} in {item}"),
+            })
+            .collect()
+    }
+
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
