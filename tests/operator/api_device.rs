@@ -32,15 +32,10 @@ pub(super) async fn set_device_access(f: &Fixture, name: &str, access: Value) {
         .await
         .unwrap();
     let path = format!("/api/v1/namespaces/{}/mutations/{name}", f.ns.name);
-    let reply = common::http::request_with(
-        f.operator.api_port,
-        "GET",
-        &path,
-        Some(ADMIN),
-        &[("Cache-Control", "no-cache")],
-        None,
-    )
-    .await;
+    let reply = common::http::Request::new("GET", &path, Some(ADMIN), None)
+        .headers(&[("Cache-Control", "no-cache")])
+        .send(f.operator.api_port)
+        .await;
     assert_eq!(reply.status, 200, "{reply:?}");
 }
 

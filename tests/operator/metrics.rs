@@ -47,9 +47,10 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     let accept =
         "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
     let reply = wait_for("the gauges to follow the statuses", CONVERGE, || async {
-        let reply =
-            common::http::request_with(port, "GET", "/metrics", None, &[("Accept", accept)], None)
-                .await;
+        let reply = common::http::Request::new("GET", "/metrics", None, None)
+            .headers(&[("Accept", accept)])
+            .send(port)
+            .await;
         let s = samples(&reply.body);
         let states = (
             s.get("mutant_operator_mutation_variants{state=\"Ready\"}")
@@ -184,8 +185,10 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
         "{:?}",
         plain.headers
     );
-    let text =
-        common::http::request_with(port, "GET", "/metrics", None, &[("Accept", "*/*")], None).await;
+    let text = common::http::Request::new("GET", "/metrics", None, None)
+        .headers(&[("Accept", "*/*")])
+        .send(port)
+        .await;
     let content_type = text.header("content-type").unwrap();
     assert!(
         content_type.starts_with("text/plain; version=0.0.4"),

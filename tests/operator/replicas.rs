@@ -162,7 +162,10 @@ impl Replicas {
     ) -> common::http::Reply {
         let path = format!("/api/v1/namespaces/{}{path}", self.ns.name);
         let body = body.map(|b| b.to_string());
-        common::http::request_with(port, method, &path, token, headers, body.as_deref()).await
+        common::http::Request::new(method, &path, token, body.as_deref())
+            .headers(headers)
+            .send(port)
+            .await
     }
 
     /// Creates Mutation `name` (variant `a`, 0 instances) through A; returns its token.

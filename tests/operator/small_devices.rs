@@ -60,7 +60,7 @@ async fn read_with_budget<S: AsyncReadExt + Unpin>(stream: &mut S) -> (String, S
     (head, String::from_utf8(body).unwrap())
 }
 
-/// Sends one request's bytes (from `common::http::raw_request`) and reads the answer with the
+/// Sends one request's bytes (from `common::http::Request::bytes`) and reads the answer with the
 /// budget: its status and head.
 async fn budgeted(port: u16, raw: &[u8]) -> (u16, String) {
     assert!(raw.len() <= 1024, "a device's request stays small");
@@ -102,7 +102,9 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
                         "variants": [{"label": "radxa", "instances": 0}]})
     .to_string();
     let raw = |method, path: &str, token, headers: &[(&str, &str)], body: Option<&str>| {
-        common::http::raw_request(port, method, path, token, headers, body)
+        common::http::Request::new(method, path, token, body)
+            .headers(headers)
+            .bytes(port)
     };
     let (status, _) = budgeted(port, &raw("POST", &p(""), Some(ADMIN), &[], Some(&create))).await;
     assert_eq!(status, 201);
@@ -394,7 +396,7 @@ async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
     assert_eq!(chain.len(), 2, "leaf and CA");
     assert!(served < 4096, "the chain is {served} bytes");
     let raw =
-        common::http::raw_request(port, "GET", &format!("{path}/snap"), Some(ADMIN), &[], None);
+        common::http::Request::new("GET", &format!("{path}/snap"), Some(ADMIN), None).bytes(port);
     tls.write_all(&raw).await.unwrap();
     let (head, body) = read_with_budget(&mut tls).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -415,14 +417,8 @@ async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
         .await
         .unwrap();
     records.lock().unwrap().clear();
-    let raw = common::http::raw_request(
-        port,
-        "GET",
-        &format!("{path}/snap/variants/absent"),
-        Some(ADMIN),
-        &[],
-        None,
-    );
+    let absent = format!("{path}/snap/variants/absent");
+    let raw = common::http::Request::new("GET", &absent, Some(ADMIN), None).bytes(port);
     tls.write_all(&raw).await.unwrap();
     let (head, _) = read_with_budget(&mut tls).await;
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
