@@ -20,6 +20,7 @@ mod api_device;
 mod api_input;
 mod api_load;
 mod api_walkthrough;
+mod audit;
 mod baseline;
 mod conflicts;
 mod connect;
@@ -47,9 +48,10 @@ mod small_devices;
 mod steady;
 mod tls;
 
-use std::{
-    io::{Read, Seek, SeekFrom},
-    time::Duration,
+use std::time::Duration;
+
+pub use audit::{
+    assert_steady, audit_events, audit_log, log_size, operator_requests, quiet_offset, reconciles,
 };
 
 use common::{Operator, TestNamespace, base, wait_for};
@@ -329,69 +331,6 @@ pub fn kubectl(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program}: {e}"))
-}
-
-/// The audit log of the local control plane.
-pub fn audit_log() -> std::path::PathBuf {
-    match std::env::var_os("MUTANTOPS_AUDIT_LOG") {
-        Some(path) => path.into(),
-        None => panic!(
-            "this test reads the API server's audit log: run it through scripts/test, or set \
-             MUTANTOPS_AUDIT_LOG to the audit log of the cluster in KUBECONFIG"
-        ),
-    }
-}
-
-pub fn log_size(path: &std::path::Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-}
-
-/// The API server's audit events of the operator's completed requests (user agent
-/// `mutantops/`) logged after `offset`.
-pub fn audit_events(path: &std::path::Path, offset: u64) -> Vec<Value> {
-    let mut file = std::fs::File::open(path).unwrap();
-    file.seek(SeekFrom::Start(offset)).unwrap();
-    let mut text = String::new();
-    file.read_to_string(&mut text).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| {
-            e["userAgent"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("mutantops/")
-        })
-        .collect()
-}
-
-/// The operator's requests in `namespace` logged after `offset`, except watches and Lease
-/// renewals, as "verb uri" lines.
-pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -> Vec<String> {
-    audit_events(path, offset)
-        .into_iter()
-        .filter(|e| e["verb"] != "watch")
-        .filter(|e| {
-            e["requestURI"]
-                .as_str()
-                .unwrap_or("")
-                .contains(&format!("/namespaces/{namespace}/"))
-        })
-        // The leader's Lease renewals are the one periodic write, and not a reconcile's.
-        .filter(|e| {
-            !e["requestURI"]
-                .as_str()
-                .unwrap_or("")
-                .contains("/apis/coordination.k8s.io/")
-        })
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["verb"].as_str().unwrap_or(""),
-                e["requestURI"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
 }
 
 /// Waits until the namespace holds at least `count` Events with `reason`, and returns their
