@@ -251,17 +251,7 @@ async fn the_operators_own_service_account_is_refused_even_when_privileged() {
     }
 
     // The HTTP API waits for the caches, then refuses the same base.
-    let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
-    wait_for("the HTTP API to serve", CONVERGE, || async {
-        let reply =
-            common::http::request(f.operator.api_port, "GET", &path, Some(ADMIN), None).await;
-        if reply.status == 200 {
-            Ok(())
-        } else {
-            Err(format!("{reply:?}"))
-        }
-    })
-    .await;
+    wait_api(f.operator.api_port, &f.ns.name).await;
     let create = json!({ "name": "n", "deployment": running_as("web2", "the-operator"),
                          "variants": [] });
     let reply = f

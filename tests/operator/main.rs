@@ -91,22 +91,7 @@ impl Fixture {
     /// With the HTTP API's admin token set to `ADMIN`, and waits until the API answers.
     pub async fn with_api(prefix: &str) -> Fixture {
         let f = Self::with_env(prefix, &[("MUTANT_API_TOKEN", ADMIN)]).await;
-        let port = f.operator.api_port;
-        let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
-        wait_for("the HTTP API to serve", CONVERGE, || async {
-            match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                Err(e) => Err(e.to_string()),
-                Ok(_) => {
-                    let reply = common::http::request(port, "GET", &path, Some(ADMIN), None).await;
-                    if reply.status == 200 {
-                        Ok(())
-                    } else {
-                        Err(format!("{reply:?}"))
-                    }
-                }
-            }
-        })
-        .await;
+        wait_api(f.operator.api_port, &f.ns.name).await;
         f
     }
 
@@ -243,6 +228,24 @@ impl Fixture {
         )
         .await
     }
+}
+
+/// Waits until the HTTP API on `port` lists the Mutations of `namespace` to the admin token
+/// (200 once the operator's caches have synced).
+pub async fn wait_api(port: u16, namespace: &str) {
+    let path = format!("/api/v1/namespaces/{namespace}/mutations");
+    wait_for("the HTTP API to serve", CONVERGE, || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = common::http::request(port, "GET", &path, Some(ADMIN), None).await;
+        if reply.status == 200 {
+            Ok(())
+        } else {
+            Err(format!("{reply:?}"))
+        }
+    })
+    .await;
 }
 
 /// Both owner kinds expose their status the same way.

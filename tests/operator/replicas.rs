@@ -120,20 +120,7 @@ impl Replicas {
         let b = start(b_env);
         let replicas = Replicas { a, b, dir, ns };
         for port in [replicas.a.api_port, replicas.b.api_port] {
-            wait_for("the HTTP API to serve", CONVERGE, || async {
-                TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let reply = replicas
-                    .call(port, "GET", "/mutations", Some(ADMIN), None)
-                    .await;
-                if reply.status == 200 {
-                    Ok(())
-                } else {
-                    Err(format!("{reply:?}"))
-                }
-            })
-            .await;
+            wait_api(port, &replicas.ns.name).await;
         }
         replicas
     }
