@@ -318,6 +318,27 @@ pub fn controller_of<K: ResourceExt>(obj: &K) -> Option<(String, String, String)
         .map(|r| (r.kind.clone(), r.name.clone(), r.uid.clone()))
 }
 
+/// The controller ownerReference's (kind, name, uid) that an object `owner` controls has.
+pub fn controlled_by<K>(owner: &K) -> Option<(String, String, String)>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    Some((
+        K::kind(&()).into_owned(),
+        owner.name_any(),
+        owner.uid().unwrap(),
+    ))
+}
+
+/// The labels of a Deployment's pod template.
+pub fn template_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .expect("a pod template with labels")
+}
+
 /// Reads a file under deploy/examples/ as JSON.
 pub fn example(file: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

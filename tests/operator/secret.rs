@@ -37,10 +37,7 @@ async fn the_token_is_made_once_and_kept() {
         "{value}"
     );
     let owner = f.mutations().get("app").await.unwrap();
-    assert_eq!(
-        controller_of(&first),
-        Some(("Mutation".into(), "app".into(), owner.uid().unwrap()))
-    );
+    assert_eq!(controller_of(&first), controlled_by(&owner));
     assert_eq!(first.immutable, Some(true));
 
     // A spec edit, then two hard restarts of the operator.
