@@ -45,6 +45,26 @@ impl Reply {
             .collect()
     }
 
+    /// The `error` of the body, a JSON object (empty when it has none).
+    pub fn error(&self) -> String {
+        self.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Asserts that the answer is `status` and that its error names each of `words`.
+    pub fn assert_refused(&self, status: u16, words: &[&str]) {
+        assert_eq!(self.status, status, "{self:?}");
+        let error = self.error();
+        for word in words {
+            assert!(
+                error.contains(word),
+                "{word:?} not in the error of {self:?}"
+            );
+        }
+    }
+
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers

@@ -115,6 +115,23 @@ impl Fixture {
         .await
     }
 
+    /// Adds `variant` to Mutation `name` through the API, with `token`.
+    pub async fn add_variant(
+        &self,
+        name: &str,
+        token: &str,
+        variant: &Value,
+    ) -> common::http::Reply {
+        let path = format!("/mutations/{name}/variants");
+        self.call("POST", &path, Some(token), Some(variant)).await
+    }
+
+    /// The labels of Mutation `name`'s spec, as the API server has them.
+    pub async fn spec_labels(&self, name: &str) -> Vec<String> {
+        let m = self.mutations().get(name).await.unwrap();
+        m.spec.variants.iter().map(|v| v.label.clone()).collect()
+    }
+
     /// The token of Mutation `name`, once the operator has made its Secret.
     pub async fn token(&self, name: &str) -> String {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = self.ns.api();
