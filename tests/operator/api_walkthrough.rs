@@ -96,14 +96,11 @@ async fn patch_scales_in_place() {
             .collect::<BTreeSet<_>>()
     };
     let before = uids(pods.list(&selector).await.unwrap().items);
-    let sets_before = common::names(
-        &f.ns
-            .api::<ReplicaSet>()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let replica_sets = async || {
+        let list = f.ns.api::<ReplicaSet>().list(&Default::default()).await;
+        common::names(&list.unwrap().items)
+    };
+    let sets_before = replica_sets().await;
 
     let token = f.token("web").await;
     let reply = f
@@ -125,13 +122,6 @@ async fn patch_scales_in_place() {
         before.is_subset(&after),
         "the running pods are kept: {before:?} {after:?}"
     );
-    let sets_after = common::names(
-        &f.ns
-            .api::<ReplicaSet>()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let sets_after = replica_sets().await;
     assert_eq!(sets_before, sets_after, "no new ReplicaSet");
 }
