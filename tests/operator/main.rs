@@ -356,6 +356,21 @@ pub fn template_labels(d: &Deployment) -> std::collections::BTreeMap<String, Str
         .expect("a pod template with labels")
 }
 
+/// The first ```` ```lang ```` code block after `marker` in `file` (a Markdown file of the
+/// repository), without its fences.
+pub fn markdown_block(file: &str, marker: &str, lang: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (_, after) = text
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("{file} has no {marker}"));
+    let (_, body) = after
+        .split_once(&format!("```{lang}\n"))
+        .unwrap_or_else(|| panic!("{file}: no {lang} block after {marker}"));
+    let (block, _) = body.split_once("```").expect("the block ends");
+    block.to_string()
+}
+
 /// Reads a file under deploy/examples/ as JSON.
 pub fn example(file: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

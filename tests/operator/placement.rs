@@ -9,19 +9,6 @@ use serde_json::json;
 
 use super::*;
 
-/// The YAML block after the README's placement marker, as JSON.
-fn readme_example() -> Value {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find("<!-- placement-example -->")
-        .expect("README has the placement example marker");
-    let block = &readme[start..];
-    let body = &block[block.find("```yaml\n").expect("a yaml block follows") + 8..];
-    let yaml = &body[..body.find("```").expect("the block ends")];
-    serde_yaml::from_str(yaml).unwrap()
-}
-
 /// The pod spec of a Deployment's template.
 fn pod(d: &Deployment) -> PodSpec {
     d.spec.clone().unwrap().template.spec.unwrap()
@@ -71,7 +58,8 @@ fn snap_base(name: &str) -> Value {
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn placement_and_images_land_in_the_deployments_of_both_kinds() {
     let f = Fixture::new("ctl-placement").await;
-    let example = readme_example();
+    let block = markdown_block("README.md", "<!-- placement-example -->", "yaml");
+    let example: Value = serde_yaml::from_str(&block).unwrap();
     assert_eq!(example["metadata"]["name"], "browser-snap");
     f.apply::<Mutation>(&example).await;
     let mut variants = example["spec"]["variants"].clone();

@@ -292,16 +292,7 @@ async fn record_meter(upstream: u16) -> (u16, Records) {
 /// Runs deploy/devices/README.md's `lan-ca` block in `dir`, with names of this machine and
 /// without its kubectl line; returns the chain and key files it made.
 fn lan_ca(dir: &std::path::Path) -> (String, String) {
-    let readme = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/devices/README.md"
-    ))
-    .unwrap();
-    let block = readme
-        .split("<!-- lan-ca -->\n```sh\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n```").next())
-        .expect("deploy/devices/README.md has the lan-ca block");
+    let block = markdown_block("deploy/devices/README.md", "<!-- lan-ca -->", "sh");
     let script: String = block
         .replace(
             "HOST=mutantops.home.lan IP=192.168.1.10",
