@@ -86,11 +86,7 @@ async fn patch_scales_in_place() {
             .collect::<BTreeSet<_>>()
     };
     let before = uids(pods.list(&selector).await.unwrap().items);
-    let replica_sets = async || {
-        let list = f.ns.api::<ReplicaSet>().list(&Default::default()).await;
-        common::names(&list.unwrap().items)
-    };
-    let sets_before = replica_sets().await;
+    let sets_before = f.ns.names::<ReplicaSet>().await;
 
     let token = f.token("web").await;
     let reply = f
@@ -112,6 +108,6 @@ async fn patch_scales_in_place() {
         before.is_subset(&after),
         "the running pods are kept: {before:?} {after:?}"
     );
-    let sets_after = replica_sets().await;
+    let sets_after = f.ns.names::<ReplicaSet>().await;
     assert_eq!(sets_before, sets_after, "no new ReplicaSet");
 }
