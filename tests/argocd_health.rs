@@ -211,6 +211,12 @@ fn variant(label: &str, state: VariantState, message: Option<&str>) -> VariantSt
     }
 }
 
+/// [`mutation`] with variant alpha Ready and variant beta in `state`, with `message`.
+fn alpha_ready_and_beta(state: VariantState, message: Option<&str>) -> Mutation {
+    let alpha = variant("alpha", VariantState::Ready, None);
+    mutation(Some(vec![alpha, variant("beta", state, message)]), None)
+}
+
 /// A Mutation named web with one spec variant per status entry and, if `variants` is given,
 /// the status the operator would write for them (summary and Ready condition included).
 fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> Mutation {
@@ -272,13 +278,7 @@ fn no_status_waits_for_the_operator() {
 
 #[test]
 fn all_variants_ready_is_healthy_with_the_summary() {
-    let m = mutation(
-        Some(vec![
-            variant("alpha", VariantState::Ready, None),
-            variant("beta", VariantState::Ready, None),
-        ]),
-        None,
-    );
+    let m = alpha_ready_and_beta(VariantState::Ready, None);
     assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
 }
 
@@ -286,13 +286,7 @@ fn all_variants_ready_is_healthy_with_the_summary() {
 /// its variants were: Argo CD must not call a sync healthy before the operator has acted.
 #[test]
 fn a_status_of_an_older_generation_is_progressing() {
-    let mut m = mutation(
-        Some(vec![
-            variant("alpha", VariantState::Ready, None),
-            variant("beta", VariantState::Ready, None),
-        ]),
-        None,
-    );
+    let mut m = alpha_ready_and_beta(VariantState::Ready, None);
     m.metadata.generation = Some(4);
     assert_eq!(
         health(&m),
@@ -326,39 +320,21 @@ fn no_variants_is_healthy() {
 
 #[test]
 fn a_progressing_variant_is_progressing() {
-    let m = mutation(
-        Some(vec![
-            variant("alpha", VariantState::Ready, None),
-            variant("beta", VariantState::Progressing, None),
-        ]),
-        None,
-    );
+    let m = alpha_ready_and_beta(VariantState::Progressing, None);
     assert_eq!(health(&m), expect("Progressing", "1/2 variants ready"));
 }
 
 #[test]
 fn an_invalid_variant_is_degraded_with_its_message() {
     let message = "env name \"1BAD\" is not a C identifier";
-    let m = mutation(
-        Some(vec![
-            variant("alpha", VariantState::Ready, None),
-            variant("beta", VariantState::Invalid, Some(message)),
-        ]),
-        None,
-    );
+    let m = alpha_ready_and_beta(VariantState::Invalid, Some(message));
     assert_eq!(health(&m), expect("Degraded", &format!("beta: {message}")));
 }
 
 #[test]
 fn a_conflicting_variant_is_degraded_with_its_message() {
     let message = "Deployment \"web-beta\" exists and is not managed by this Mutation";
-    let m = mutation(
-        Some(vec![
-            variant("alpha", VariantState::Ready, None),
-            variant("beta", VariantState::Conflict, Some(message)),
-        ]),
-        None,
-    );
+    let m = alpha_ready_and_beta(VariantState::Conflict, Some(message));
     assert_eq!(health(&m), expect("Degraded", &format!("beta: {message}")));
 }
 

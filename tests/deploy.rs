@@ -63,42 +63,27 @@ fn operator_manifest_hardening() {
     };
     let deployment = find("Deployment");
     let pod = &deployment["spec"]["template"];
-    assert_eq!(
-        pod["metadata"]["annotations"]["prometheus.io/scrape"].as_str(),
-        Some("true")
-    );
-    assert_eq!(
-        pod["metadata"]["annotations"]["prometheus.io/port"].as_str(),
-        Some("9568")
-    );
-    assert_eq!(
-        pod["spec"]["securityContext"]["runAsNonRoot"].as_bool(),
-        Some(true)
-    );
-    assert_eq!(
-        pod["spec"]["securityContext"]["seccompProfile"]["type"].as_str(),
-        Some("RuntimeDefault")
-    );
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], "9568");
+    let pod_sc = &pod["spec"]["securityContext"];
+    assert_eq!(pod_sc["runAsNonRoot"], true);
+    assert_eq!(pod_sc["seccompProfile"]["type"], "RuntimeDefault");
     let container = &pod["spec"]["containers"][0];
     let sc = &container["securityContext"];
-    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
-    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
-    assert_eq!(sc["capabilities"]["drop"][0].as_str(), Some("ALL"));
-    assert_eq!(
-        container["resources"]["requests"]["cpu"].as_str(),
-        Some("10m")
-    );
-    assert_eq!(
-        container["resources"]["requests"]["memory"].as_str(),
-        Some("16Mi")
-    );
-    let token = container["env"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"].as_str() == Some("MUTANT_API_TOKEN"))
-        .unwrap();
-    let key = &token["valueFrom"]["secretKeyRef"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+    let requests = &container["resources"]["requests"];
+    assert_eq!(requests["cpu"], "10m");
+    assert_eq!(requests["memory"], "16Mi");
+    let env = |name: &str| {
+        let all = container["env"].as_sequence().unwrap();
+        all.iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("no env {name}"))
+    };
+    let key = &env("MUTANT_API_TOKEN")["valueFrom"]["secretKeyRef"];
     assert_eq!(
         (
             key["name"].as_str(),
@@ -108,24 +93,10 @@ fn operator_manifest_hardening() {
         (Some("mutantops-api"), Some("token"), Some(true))
     );
     // R33: the operator knows its own ServiceAccount, from the downward API.
-    let account = container["env"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"].as_str() == Some("POD_SERVICE_ACCOUNT"))
-        .unwrap();
-    assert_eq!(
-        account["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
-        Some("spec.serviceAccountName")
-    );
-    assert_eq!(
-        container["livenessProbe"]["httpGet"]["path"].as_str(),
-        Some("/healthz")
-    );
-    assert_eq!(
-        container["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/readyz")
-    );
+    let account = &env("POD_SERVICE_ACCOUNT")["valueFrom"]["fieldRef"];
+    assert_eq!(account["fieldPath"], "spec.serviceAccountName");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     // The Service names the API port only.
     let service = find("Service");
     assert_eq!(service["metadata"]["name"].as_str(), Some("mutantops-api"));

@@ -89,19 +89,24 @@ async fn ready_pods(ns: &TestNamespace, app: &str, replicas: usize) -> BTreeSet<
     .await
 }
 
+/// A fresh namespace `<prefix>-…` with Deployment `web` of two replicas, once its pods are
+/// ready; and their uids.
+async fn web_of_two(prefix: &str) -> (TestNamespace, BTreeSet<String>) {
+    let ns = TestNamespace::new(prefix).await;
+    ns.api::<Deployment>()
+        .create(&PostParams::default(), &deployment("web", 2))
+        .await
+        .unwrap();
+    let uids = ready_pods(&ns, "web", 2).await;
+    (ns, uids)
+}
+
 /// A Deployment gets a ReplicaSet and pods that become Running and Ready on the kwok node:
 /// the Deployment and ReplicaSet controllers, the scheduler and kwok all work.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn deployment_gets_ready_pods_on_the_kwok_node() {
-    let ns = TestNamespace::new("smoke-pods").await;
-    let deployments: Api<Deployment> = ns.api();
-    deployments
-        .create(&PostParams::default(), &deployment("web", 2))
-        .await
-        .unwrap();
-
-    let uids = ready_pods(&ns, "web", 2).await;
+    let (ns, uids) = web_of_two("smoke-pods").await;
     assert_eq!(uids.len(), 2);
 
     let sets = ns
@@ -131,20 +136,9 @@ async fn deployment_gets_ready_pods_on_the_kwok_node() {
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn scaling_keeps_the_same_pods() {
-    let ns = TestNamespace::new("smoke-scale").await;
+    let (ns, before) = web_of_two("smoke-scale").await;
     let deployments: Api<Deployment> = ns.api();
-    deployments
-        .create(&PostParams::default(), &deployment("web", 2))
-        .await
-        .unwrap();
-    let before = ready_pods(&ns, "web", 2).await;
-    let sets_before = common::names(
-        &ns.api::<ReplicaSet>()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let sets_before = ns.names::<ReplicaSet>().await;
 
     let scale = json!({ "spec": { "replicas": 3 } });
     deployments
@@ -157,13 +151,7 @@ async fn scaling_keeps_the_same_pods() {
         before.is_subset(&after),
         "pods {before:?} must survive the scale, got {after:?}"
     );
-    let sets_after = common::names(
-        &ns.api::<ReplicaSet>()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let sets_after = ns.names::<ReplicaSet>().await;
     assert_eq!(
         sets_before, sets_after,
         "scaling must not create a ReplicaSet"

@@ -1,6 +1,6 @@
 //! The one raw HTTP/1.1 client of the tests (the crate's own unit tests of the server loop
-//! include this file too), over a plain TCP stream: one request
-//! per connection (`Connection: close`) with [`request`], or any bytes with [`exchange`], and
+//! include this file too), over a plain TCP stream: one request per connection
+//! (`Connection: close`) with [`request`] or [`Request`], or any bytes with [`exchange`], and
 //! the parsers of what comes back ([`parse`] for the first response, [`responses`] for every
 //! response of a pipelined exchange), so the operator's API is tested exactly as bytes go over
 //! the wire.
@@ -29,6 +29,42 @@ impl Reply {
             .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
     }
 
+    /// The string `field` of each element of the body, a JSON array: the names of a list of
+    /// Mutations, the labels of a list of variants. Panics on an element without it.
+    pub fn each(&self, field: &str) -> Vec<String> {
+        let body = self.json();
+        let items = body
+            .as_array()
+            .unwrap_or_else(|| panic!("body is not a JSON array: {:?}", self.body));
+        items
+            .iter()
+            .map(|item| match item[field].as_str() {
+                Some(value) => value.to_string(),
+                None => panic!("no string {field:?} in {item}"),
+            })
+            .collect()
+    }
+
+    /// The `error` of the body, a JSON object (empty when it has none).
+    pub fn error(&self) -> String {
+        self.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Asserts that the answer is `status` and that its error names each of `words`.
+    pub fn assert_refused(&self, status: u16, words: &[&str]) {
+        assert_eq!(self.status, status, "{self:?}");
+        let error = self.error();
+        for word in words {
+            assert!(
+                error.contains(word),
+                "{word:?} not in the error of {self:?}"
+            );
+        }
+    }
+
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -46,49 +82,72 @@ pub async fn request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> Reply {
-    request_with(port, method, path, token, &[], body).await
+    Request::new(method, path, token, body).send(port).await
 }
 
-/// [`request`] with extra headers.
-pub async fn request_with(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> Reply {
-    send_raw(port, &raw_request(port, method, path, token, headers, body)).await
+/// One request: `method path`, an optional bearer token and JSON body, and extra headers;
+/// [`Request::bytes`] writes it (`Connection: close`), [`Request::send`] sends it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub token: Option<&'a str>,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: Option<&'a str>,
 }
 
-/// The bytes of one request (`Connection: close`), as [`request_with`] sends them.
-pub fn raw_request(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> Vec<u8> {
-    let mut head =
-        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+impl<'a> Request<'a> {
+    /// A request without extra headers.
+    pub fn new(
+        method: &'a str,
+        path: &'a str,
+        token: Option<&'a str>,
+        body: Option<&'a str>,
+    ) -> Self {
+        Request {
+            method,
+            path,
+            token,
+            headers: &[],
+            body,
+        }
     }
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
+
+    /// The same request with extra `headers`.
+    pub fn headers(self, headers: &'a [(&'a str, &'a str)]) -> Self {
+        Request { headers, ..self }
     }
-    let body = body.unwrap_or("");
-    if !body.is_empty() || matches!(method, "POST" | "PATCH" | "PUT") {
-        head.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
+
+    /// The bytes of the request to 127.0.0.1:`port`, as [`Request::send`] sends them.
+    pub fn bytes(&self, port: u16) -> Vec<u8> {
+        let method = self.method;
+        let mut head = format!(
+            "{method} {} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n",
+            self.path
+        );
+        if let Some(token) = self.token {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        for (name, value) in self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        let body = self.body.unwrap_or("");
+        if !body.is_empty() || matches!(method, "POST" | "PATCH" | "PUT") {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        head.push_str("\r\n");
+        let mut raw = head.into_bytes();
+        raw.extend_from_slice(body.as_bytes());
+        raw
     }
-    head.push_str("\r\n");
-    let mut raw = head.into_bytes();
-    raw.extend_from_slice(body.as_bytes());
-    raw
+
+    /// Sends the request to 127.0.0.1:`port` and parses the response.
+    pub async fn send(&self, port: u16) -> Reply {
+        send_raw(port, &self.bytes(port)).await
+    }
 }
 
 /// Sends raw bytes and parses the (first) response.

@@ -80,6 +80,19 @@ impl TestNamespace {
     {
         Api::namespaced(self.client.clone(), &self.name)
     }
+
+    /// The names of every `K` in this namespace, sorted.
+    pub async fn names<K>(&self) -> Vec<String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let list = self.api::<K>().list(&Default::default()).await;
+        names(&list.unwrap().items)
+    }
 }
 
 /// The finalizer tests put on objects to hold them; [`TestNamespace`]'s drop takes it off again

@@ -127,7 +127,7 @@ pub async fn request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> Result<super::http::Reply, String> {
-    let raw = super::http::raw_request(port, method, path, token, &[], body);
+    let raw = super::http::Request::new(method, path, token, body).bytes(port);
     let text = exchange(connector, port, &raw).await?;
     super::http::parse(&text).ok_or_else(|| format!("not an HTTP response: {text:?}"))
 }

@@ -63,7 +63,10 @@ async fn requests_without_a_usable_token_cost_the_api_server_nothing() {
         (Some(&*random_token().to_uppercase()), &[][..]),
     ] {
         for _ in 0..40 {
-            let reply = common::http::request_with(b, "GET", &own, token, headers, None).await;
+            let reply = common::http::Request::new("GET", &own, token, None)
+                .headers(headers)
+                .send(b)
+                .await;
             assert_eq!(reply.status, 401, "{token:?} {headers:?}: {reply:?}");
         }
     }
@@ -123,7 +126,7 @@ async fn wrong_tokens_from_one_client_do_not_spend_the_checks_of_another() {
                     i += 1;
                     let path = format!("/api/v1/namespaces/{ns}/mutations/guess-{worker}-{i}");
                     let token = random_token();
-                    let raw = common::http::raw_request(b, "GET", &path, Some(&token), &[], None);
+                    let raw = common::http::Request::new("GET", &path, Some(&token), None).bytes(b);
                     let reply =
                         common::http::send_raw_from(Ipv4Addr::new(127, 0, 0, 2), b, &raw).await;
                     assert_eq!(reply.status, 401, "{reply:?}");
@@ -194,15 +197,10 @@ async fn validated_reads_are_limited_per_token() {
     let began = Instant::now();
     let (mut served, mut refused) = (0usize, 0usize);
     for _ in 0..60 {
-        let reply = common::http::request_with(
-            port,
-            "GET",
-            &path("first"),
-            Some(&tokens[0]),
-            &no_cache,
-            None,
-        )
-        .await;
+        let reply = common::http::Request::new("GET", &path("first"), Some(&tokens[0]), None)
+            .headers(&no_cache)
+            .send(port)
+            .await;
         match reply.status {
             200 => served += 1,
             429 => {
@@ -229,15 +227,10 @@ async fn validated_reads_are_limited_per_token() {
     let plain = common::http::request(port, "GET", &path("first"), Some(&tokens[0]), None).await;
     assert_eq!(plain.status, 200, "{plain:?}");
     // Another token has its own budget.
-    let other = common::http::request_with(
-        port,
-        "GET",
-        &path("second"),
-        Some(&tokens[1]),
-        &no_cache,
-        None,
-    )
-    .await;
+    let other = common::http::Request::new("GET", &path("second"), Some(&tokens[1]), None)
+        .headers(&no_cache)
+        .send(port)
+        .await;
     assert_eq!(other.status, 200, "{other:?}");
     let reads = mutation_reads(offset, &f.ns.name, "/mutations/first").await;
     assert!(

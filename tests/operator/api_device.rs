@@ -12,14 +12,6 @@ use serde_json::json;
 
 use super::*;
 
-/// The token's 403 (or any) error body.
-fn error(reply: &common::http::Reply) -> String {
-    reply.json()["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// Merge-patches the Mutation's `spec.deviceAccess`, as its owner would with kubectl, and
 /// waits until this replica's cache shows it (a validated read).
 pub(super) async fn set_device_access(f: &Fixture, name: &str, access: Value) {
@@ -32,15 +24,10 @@ pub(super) async fn set_device_access(f: &Fixture, name: &str, access: Value) {
         .await
         .unwrap();
     let path = format!("/api/v1/namespaces/{}/mutations/{name}", f.ns.name);
-    let reply = common::http::request_with(
-        f.operator.api_port,
-        "GET",
-        &path,
-        Some(ADMIN),
-        &[("Cache-Control", "no-cache")],
-        None,
-    )
-    .await;
+    let reply = common::http::Request::new("GET", &path, Some(ADMIN), None)
+        .headers(&[("Cache-Control", "no-cache")])
+        .send(f.operator.api_port)
+        .await;
     assert_eq!(reply.status, 200, "{reply:?}");
 }
 
@@ -66,8 +53,7 @@ async fn a_device_token_sets_literal_values_and_only_what_its_owner_allows() {
     let token = f.token("web").await;
     let add = async |who: &str, label: &str, env: Value| {
         let body = json!({"label": label, "env": env, "instances": 0});
-        f.call("POST", "/mutations/web/variants", Some(who), Some(&body))
-            .await
+        f.add_variant("web", who, &body).await
     };
 
     // The walk-through's variant.
@@ -94,7 +80,7 @@ async fn a_device_token_sets_literal_values_and_only_what_its_owner_allows() {
     for name in ["DB_PASSWORD", "POD_NAME"] {
         let reply = add(&token, "steal", json!({ name: "literal" })).await;
         assert_eq!(reply.status, 403, "{name}: {reply:?}");
-        let e = error(&reply);
+        let e = reply.error();
         assert!(
             e.contains(&format!("{name:?}")) && e.contains("valueFrom"),
             "{name}: {e}"
@@ -110,8 +96,7 @@ async fn a_device_token_sets_literal_values_and_only_what_its_owner_allows() {
         "PATH",
     ] {
         let reply = add(&token, "boot", json!({ name: "x", "FEATURE_X": "on" })).await;
-        assert_eq!(reply.status, 403, "{name}: {reply:?}");
-        assert!(error(&reply).contains(&format!("{name:?}")), "{reply:?}");
+        reply.assert_refused(403, &[&format!("{name:?}")]);
     }
     // The admin token is not held to these rules.
     let admin = add(
@@ -134,18 +119,15 @@ async fn a_device_token_sets_literal_values_and_only_what_its_owner_allows() {
     let feature = add(&token, "feature", json!({"FEATURE_X": "off"})).await;
     assert_eq!(feature.status, 201, "{feature:?}");
     let snap = add(&token, "snap", json!({"SNAP_RES": "1280x800"})).await;
-    assert_eq!(snap.status, 403, "{snap:?}");
-    assert!(
-        error(&snap).contains("\"SNAP_RES\"") && error(&snap).contains("spec.deviceAccess.env"),
-        "{snap:?}"
-    );
+    snap.assert_refused(403, &["\"SNAP_RES\"", "spec.deviceAccess.env"]);
     let steal = add(&token, "steal", json!({"DB_PASSWORD": "x"})).await;
     assert_eq!(steal.status, 403, "{steal:?}");
 
     // Exactly the accepted variants are in the spec.
-    let m = f.mutations().get("web").await.unwrap();
-    let labels: Vec<&str> = m.spec.variants.iter().map(|v| v.label.as_str()).collect();
-    assert_eq!(labels, ["beta", "copy", "admin", "node", "feature"]);
+    assert_eq!(
+        f.spec_labels("web").await,
+        ["beta", "copy", "admin", "node", "feature"]
+    );
 }
 
 /// R32, item 2: the token's bounds, their refusals naming the bound, the owner moving them;
@@ -160,16 +142,9 @@ async fn device_tokens_are_bounded_and_the_crd_carries_the_hard_maxima() {
         .await;
     assert_eq!(created.status, 201, "{created:?}");
     let token = f.token("web").await;
-    let post = async |who: &str, body: Value| {
-        f.call("POST", "/mutations/web/variants", Some(who), Some(&body))
-            .await
-    };
+    let post = async |who: &str, body: Value| f.add_variant("web", who, &body).await;
     let refused = |reply: &common::http::Reply, status: u16, words: &[&str]| {
-        assert_eq!(reply.status, status, "{reply:?}");
-        let e = error(reply);
-        for word in words {
-            assert!(e.contains(word), "{word:?} not in {e:?}");
-        }
+        reply.assert_refused(status, words)
     };
 
     let r = post(&token, json!({"label": "big", "instances": 11})).await;
@@ -305,7 +280,7 @@ async fn an_unservable_mutation_name_is_refused_and_reported_invalid() {
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
     assert_eq!(reply.status, 400, "{reply:?}");
-    let e = error(&reply);
+    let e = reply.error();
     assert!(e.contains("70 characters") && e.contains("63"), "{e}");
     assert!(f.mutations().get_opt(&long).await.unwrap().is_none());
 
@@ -391,11 +366,9 @@ async fn a_variant_on_someone_elses_deployment_name_is_409() {
     for who in [token.as_str(), ADMIN] {
         for (label, whose) in [("taken", "has no controller"), ("theirs", "\"other\"")] {
             let body = json!({"label": label, "instances": 0});
-            let r = f
-                .call("POST", "/mutations/web/variants", Some(who), Some(&body))
-                .await;
+            let r = f.add_variant("web", who, &body).await;
             assert_eq!(r.status, 409, "{label}: {r:?}");
-            let e = error(&r);
+            let e = r.error();
             assert!(
                 e.contains(&format!("web-{label}")) && e.contains(whose),
                 "{label}: {e}"

@@ -28,155 +28,99 @@ async fn bad_input_is_refused_and_changes_nothing() {
         common::http::request(port, method, &path(p), Some(ADMIN), body).await
     };
 
+    let variants = "/mutations/web/variants";
+    let a = "/mutations/web/variants/a";
+    let bad_name = json!({"name": "Web!", "deployment": base("x")}).to_string();
+    let taken = json!({"name": "web", "deployment": base("web")}).to_string();
+    let huge = format!(r#"{{"label":"b","env":{{"X":"{}"}}}}"#, "x".repeat(2 << 20));
     // (method, path, body, expected status, a word the error must contain)
-    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
+    let cases = [
+        ("POST", variants, "{not json", 400, "invalid request body"),
+        ("POST", variants, r#"{"label": 7}"#, 400, "invalid type"),
         (
             "POST",
-            "/mutations/web/variants",
-            "{not json".into(),
-            400,
-            "invalid request body",
-        ),
-        (
-            "POST",
-            "/mutations/web/variants",
-            r#"{"label": 7}"#.into(),
-            400,
-            "invalid type",
-        ),
-        (
-            "POST",
-            "/mutations/web/variants",
-            r#"{"env": {}}"#.into(),
+            variants,
+            r#"{"env": {}}"#,
             400,
             "missing field `label`",
         ),
         (
             "POST",
-            "/mutations/web/variants",
-            r#"{"label":"b","replicas":2}"#.into(),
+            variants,
+            r#"{"label":"b","replicas":2}"#,
             400,
             "unknown field `replicas`",
         ),
         (
             "POST",
-            "/mutations/web/variants",
-            r#"{"label":"Bad_Label"}"#.into(),
+            variants,
+            r#"{"label":"Bad_Label"}"#,
             400,
             "DNS-1123",
         ),
         (
             "POST",
-            "/mutations/web/variants",
-            r#"{"label":"b","env":{"1BAD":"x"}}"#.into(),
+            variants,
+            r#"{"label":"b","env":{"1BAD":"x"}}"#,
             400,
             "1BAD",
         ),
         (
             "POST",
-            "/mutations/web/variants",
-            r#"{"label":"b","env":{"A":1}}"#.into(),
+            variants,
+            r#"{"label":"b","env":{"A":1}}"#,
             400,
             "invalid type",
         ),
         (
             "POST",
-            "/mutations/web/variants",
-            r#"{"label":"b","instances":-1}"#.into(),
+            variants,
+            r#"{"label":"b","instances":-1}"#,
             400,
             "negative",
         ),
-        (
-            "POST",
-            "/mutations/web/variants",
-            r#"{"label":"a"}"#.into(),
-            409,
-            "already exists",
-        ),
+        ("POST", variants, r#"{"label":"a"}"#, 409, "already exists"),
+        ("PATCH", a, r#"{"instances":-2}"#, 400, "negative"),
+        ("PATCH", a, r#"{"instances":"4"}"#, 400, "invalid type"),
         (
             "PATCH",
-            "/mutations/web/variants/a",
-            r#"{"instances":-2}"#.into(),
-            400,
-            "negative",
-        ),
-        (
-            "PATCH",
-            "/mutations/web/variants/a",
-            r#"{"instances":"4"}"#.into(),
-            400,
-            "invalid type",
-        ),
-        (
-            "PATCH",
-            "/mutations/web/variants/a",
-            r#"{"instances":4,"env":{}}"#.into(),
+            a,
+            r#"{"instances":4,"env":{}}"#,
             400,
             "unknown field `env`",
         ),
         (
             "PATCH",
             "/mutations/web/variants/zz",
-            r#"{"instances":4}"#.into(),
+            r#"{"instances":4}"#,
             404,
             "not found",
         ),
         (
             "POST",
             "/mutations",
-            r#"{"name":"web","deployment":{}}"#.into(),
+            r#"{"name":"web","deployment":{}}"#,
             400,
             "deployment",
         ),
-        (
-            "POST",
-            "/mutations",
-            json!({"name": "Web!", "deployment": base("x")}).to_string(),
-            400,
-            "name",
-        ),
-        (
-            "POST",
-            "/mutations",
-            json!({"name": "web", "deployment": base("web")}).to_string(),
-            409,
-            "already exists",
-        ),
-        (
-            "POST",
-            "/mutations/web/variants",
-            format!(r#"{{"label":"b","env":{{"X":"{}"}}}}"#, "x".repeat(2 << 20)),
-            413,
-            "larger than",
-        ),
-        (
-            "GET",
-            "/mutations/Bad_Name",
-            String::new(),
-            400,
-            "mutation name",
-        ),
+        ("POST", "/mutations", &bad_name, 400, "name"),
+        ("POST", "/mutations", &taken, 409, "already exists"),
+        ("POST", variants, &huge, 413, "larger than"),
+        ("GET", "/mutations/Bad_Name", "", 400, "mutation name"),
         (
             "GET",
             "/mutations/web/variants/-x",
-            String::new(),
+            "",
             400,
             "variant label",
         ),
-        ("GET", "/deployments", String::new(), 404, "not found"),
-        ("PUT", "/mutations/web", "{}".into(), 405, "not allowed"),
+        ("GET", "/deployments", "", 404, "not found"),
+        ("PUT", "/mutations/web", "{}", 405, "not allowed"),
     ];
-    for (method, p, body, status, word) in &cases {
+    for (method, p, body, status, word) in cases {
         let reply = raw(method, p, body).await;
-        assert_eq!(
-            reply.status, *status,
-            "{method} {p} {:.80}: {reply:?}",
-            body
-        );
-        let error = reply.json()["error"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        assert_eq!(reply.status, status, "{method} {p} {body:.80}: {reply:?}");
+        let error = reply.error();
         assert!(
             error.contains(word),
             "{method} {p}: error {error:?} should mention {word:?}"
@@ -332,10 +276,7 @@ async fn what_the_server_would_refuse_is_a_400() {
             .call("POST", "/mutations", Some(ADMIN), Some(&create))
             .await;
         assert_eq!(reply.status, 400, "{reply:?}");
-        let error = reply.json()["error"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let error = reply.error();
         assert!(
             error.contains(needle) && error.contains("rejected by the Kubernetes API"),
             "{error}"

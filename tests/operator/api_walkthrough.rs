@@ -8,21 +8,6 @@ use serde_json::json;
 
 use super::*;
 
-/// The shell block between the README's walk-through markers.
-fn readme_walkthrough() -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find("<!-- api-walkthrough -->")
-        .expect("README has the walk-through marker");
-    let block = &readme[start..];
-    let code = block
-        .split("```sh\n")
-        .nth(1)
-        .expect("a sh block after the marker");
-    code.split("\n```").next().unwrap().to_string()
-}
-
 /// R19–R23: the README's walk-through (create web with the admin token; add beta with web's
 /// own token; PATCH to 4; DELETE; list) works as written, with real curl, jq and kubectl.
 #[tokio::test]
@@ -39,7 +24,12 @@ async fn the_readme_walkthrough_works_as_written() {
         std::env::var("PATH").unwrap_or_default()
     );
     let output = tokio::process::Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &readme_walkthrough()])
+        .args([
+            "-euo",
+            "pipefail",
+            "-c",
+            &markdown_block("README.md", "<!-- api-walkthrough -->", "sh"),
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("API", format!("http://127.0.0.1:{}", f.operator.api_port))
         .env("NAMESPACE", &f.ns.name)
@@ -96,14 +86,7 @@ async fn patch_scales_in_place() {
             .collect::<BTreeSet<_>>()
     };
     let before = uids(pods.list(&selector).await.unwrap().items);
-    let sets_before = common::names(
-        &f.ns
-            .api::<ReplicaSet>()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let sets_before = f.ns.names::<ReplicaSet>().await;
 
     let token = f.token("web").await;
     let reply = f
@@ -125,13 +108,6 @@ async fn patch_scales_in_place() {
         before.is_subset(&after),
         "the running pods are kept: {before:?} {after:?}"
     );
-    let sets_after = common::names(
-        &f.ns
-            .api::<ReplicaSet>()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let sets_after = f.ns.names::<ReplicaSet>().await;
     assert_eq!(sets_before, sets_after, "no new ReplicaSet");
 }

@@ -37,14 +37,6 @@ fn running_as(name: &str, account: &str) -> Value {
     b
 }
 
-/// The `error` of an API answer.
-fn error(reply: &common::http::Reply) -> String {
-    reply.json()["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// Labels the fixture's namespace `pod-security.kubernetes.io/enforce: privileged`.
 async fn opt_in(f: &Fixture) {
     let namespaces: Api<Namespace> = Api::all(f.ns.client.clone());
@@ -141,9 +133,7 @@ async fn a_base_breaking_baseline_is_refused_until_the_namespace_opts_in() {
     let reply = f
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
-    assert_eq!(reply.status, 400, "{reply:?}");
-    assert!(error(&reply).contains(PRIVILEGED_FIELD), "{reply:?}");
-    assert!(error(&reply).contains(OPT_IN), "{reply:?}");
+    reply.assert_refused(400, &[PRIVILEGED_FIELD, OPT_IN]);
     assert!(f.mutations().get_opt("n").await.unwrap().is_none());
     // No variants: the base alone is refused too.
     let bare = json!({ "name": "n", "deployment": privileged("other"), "variants": [] });
@@ -151,11 +141,8 @@ async fn a_base_breaking_baseline_is_refused_until_the_namespace_opts_in() {
     assert_eq!(reply.status, 400, "{reply:?}");
     for token in [ADMIN.to_string(), f.token("m").await] {
         let add = json!({ "label": "b", "instances": 1 });
-        let reply = f
-            .call("POST", "/mutations/m/variants", Some(&token), Some(&add))
-            .await;
-        assert_eq!(reply.status, 400, "{reply:?}");
-        assert!(error(&reply).contains(HOST_PATH_FIELD), "{reply:?}");
+        let reply = f.add_variant("m", &token, &add).await;
+        reply.assert_refused(400, &[HOST_PATH_FIELD]);
     }
     let m = f.mutations().get("m").await.unwrap();
     assert_eq!(m.spec.variants.len(), 1);
@@ -251,26 +238,12 @@ async fn the_operators_own_service_account_is_refused_even_when_privileged() {
     }
 
     // The HTTP API waits for the caches, then refuses the same base.
-    let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
-    wait_for("the HTTP API to serve", CONVERGE, || async {
-        let reply =
-            common::http::request(f.operator.api_port, "GET", &path, Some(ADMIN), None).await;
-        if reply.status == 200 {
-            Ok(())
-        } else {
-            Err(format!("{reply:?}"))
-        }
-    })
-    .await;
+    wait_api(f.operator.api_port, &f.ns.name).await;
     let create = json!({ "name": "n", "deployment": running_as("web2", "the-operator"),
                          "variants": [] });
     let reply = f
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
-    assert_eq!(reply.status, 400, "{reply:?}");
-    assert!(
-        error(&reply).contains("spec.template.spec.serviceAccountName"),
-        "{reply:?}"
-    );
+    reply.assert_refused(400, &["spec.template.spec.serviceAccountName"]);
     assert!(f.mutations().get_opt("n").await.unwrap().is_none());
 }

@@ -35,14 +35,51 @@ fn run(program: &str, args: &[&str]) {
     );
 }
 
+/// Runs `openssl req` with `mode` (`-new` for a request, `-x509` for a self-signed
+/// certificate) for a new P-256 key written to `key`, subject `subject`, the result written
+/// to `out`, and `extra` arguments.
+fn openssl_req(
+    mode: &str,
+    key: &std::path::Path,
+    out: &std::path::Path,
+    subject: &str,
+    extra: &[&str],
+) {
+    let mut args = vec![
+        "req",
+        mode,
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+    ];
+    args.extend(["-nodes", "-keyout", key.to_str().unwrap()]);
+    args.extend(["-out", out.to_str().unwrap(), "-subj", subject]);
+    args.extend(extra);
+    run("openssl", &args);
+}
+
+/// The test cluster's kubeconfig (the one in `KUBECONFIG`).
+fn kubeconfig() -> serde_yaml::Value {
+    let path = std::env::var("KUBECONFIG").unwrap();
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// The server URL of the test cluster's kubeconfig.
 fn server() -> String {
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap();
-    let config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
+    let config = kubeconfig();
     config["clusters"][0]["cluster"]["server"]
         .as_str()
         .unwrap()
+        .to_owned()
+}
+
+/// The token the test cluster's kubeconfig authenticates with.
+fn token() -> String {
+    let config = kubeconfig();
+    config["users"][0]["user"]["token"]
+        .as_str()
+        .expect("the test cluster's kubeconfig authenticates with a token")
         .to_owned()
 }
 
@@ -109,24 +146,8 @@ async fn a_client_certificate_from_a_kubeconfig_connects() {
     let dir = scratch_dir("cert");
     let user = format!("mutantops-cert-{}", common::random_suffix());
     let (key, csr, crt) = (dir.join("me.key"), dir.join("me.csr"), dir.join("me.crt"));
-    run(
-        "openssl",
-        &[
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            csr.to_str().unwrap(),
-            "-subj",
-            &format!("/O=system:masters/CN={user}"),
-        ],
-    );
+    let subject = format!("/O=system:masters/CN={user}");
+    openssl_req("-new", &key, &csr, &subject, &[]);
     // A v3 certificate for client authentication, as kubeadm and k3s issue them.
     let ext = dir.join("client.ext");
     std::fs::write(
@@ -180,13 +201,7 @@ async fn a_client_certificate_from_a_kubeconfig_connects() {
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_token_file_from_a_kubeconfig_connects() {
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap();
-    let config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
-    let token = config["users"][0]["user"]["token"]
-        .as_str()
-        .expect("the test cluster's kubeconfig authenticates with a token")
-        .to_owned();
+    let token = token();
     let dir = scratch_dir("token");
     std::fs::write(dir.join("token"), format!("{token}\n")).unwrap();
     let kubeconfig = write_kubeconfig(&dir, "    tokenFile: token");
@@ -201,35 +216,17 @@ async fn a_token_file_from_a_kubeconfig_connects() {
 async fn token_and_ca_files_are_read_again() {
     let cluster = cluster_dir();
     let dir = scratch_dir("reload");
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap();
-    let config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
-    let token = config["users"][0]["user"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = token();
 
     // Another CA, which did not sign the API server's certificate.
     let other_ca = dir.join("other-ca.crt");
-    run(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            dir.join("other-ca.key").to_str().unwrap(),
-            "-out",
-            other_ca.to_str().unwrap(),
-            "-subj",
-            "/CN=some other CA",
-            "-days",
-            "1",
-        ],
+    let other_key = dir.join("other-ca.key");
+    openssl_req(
+        "-x509",
+        &other_key,
+        &other_ca,
+        "/CN=some other CA",
+        &["-days", "1"],
     );
     let (ca_file, token_file) = (dir.join("ca.crt"), dir.join("token"));
     std::fs::copy(&other_ca, &ca_file).unwrap();

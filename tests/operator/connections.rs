@@ -53,13 +53,7 @@ async fn idle_connections_cannot_take_the_operators_descriptors() {
     );
     let f = Fixture { operator, ns };
     let (api, metrics) = (f.operator.api_port, f.operator.metrics_port);
-    wait_for("the HTTP API to serve", CONVERGE, || async {
-        let reply = f.call("GET", "/mutations", Some(ADMIN), None).await;
-        (reply.status == 200)
-            .then_some(())
-            .ok_or(format!("{reply:?}"))
-    })
-    .await;
+    wait_api(api, &f.ns.name).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(AtomicUsize::new(0));

@@ -90,13 +90,7 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
     );
     let (api, metrics) = (operator.api_port, operator.metrics_port);
     let path = |rest: &str| format!("/api/v1/namespaces/{}/mutations{rest}", ns.name);
-    wait_for("the HTTP API to serve", CONVERGE, || async {
-        let reply = common::http::request(api, "GET", &path(""), Some(ADMIN), None).await;
-        (reply.status == 200)
-            .then_some(())
-            .ok_or(format!("{reply:?}"))
-    })
-    .await;
+    wait_api(api, &ns.name).await;
     let create = json!({"name": "web", "deployment": base("web"),
                         "variants": [{"label": "a", "instances": 0}]});
     let created = common::http::request(

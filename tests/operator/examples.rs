@@ -33,14 +33,7 @@ async fn nginx_mutant_example() {
         let spec = d.spec.as_ref().unwrap();
         let metadata = d.metadata.labels.clone().unwrap();
         let selector = spec.selector.match_labels.clone().unwrap();
-        let template = spec
-            .template
-            .metadata
-            .as_ref()
-            .unwrap()
-            .labels
-            .clone()
-            .unwrap();
+        let template = template_labels(d);
         for labels in [&metadata, &selector, &template] {
             assert_eq!(labels["mutantops.neiam.org/owner"], "nginx-mutant");
             assert_eq!(labels["mutantops.neiam.org/kind"], "mutantdeployment");
@@ -51,29 +44,12 @@ async fn nginx_mutant_example() {
             selector["mutantops.neiam.org/variant"],
             template["mutantops.neiam.org/variant"]
         );
-        assert_eq!(
-            controller_of(d),
-            Some((
-                "MutantDeployment".into(),
-                "nginx-mutant".into(),
-                owner.uid().unwrap()
-            ))
-        );
+        assert_eq!(controller_of(d), controlled_by(&owner));
         let reference = &d.owner_references()[0];
         assert_eq!(reference.block_owner_deletion, Some(true));
     }
     assert_eq!(
-        canary
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .metadata
-            .as_ref()
-            .unwrap()
-            .labels
-            .as_ref()
-            .unwrap()["mutantops.neiam.org/variant"],
+        template_labels(&canary)["mutantops.neiam.org/variant"],
         "canary"
     );
     let status = f

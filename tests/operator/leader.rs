@@ -84,20 +84,7 @@ impl Replicas {
 
     /// Waits until replica `i`'s API serves (200 once its caches have synced).
     async fn wait_api(&self, i: usize) {
-        let port = self.ops[i].api_port;
-        let path = format!("/api/v1/namespaces/{}/mutations", self.ns.name);
-        wait_for("the HTTP API to serve", CONVERGE, || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map_err(|e| e.to_string())?;
-            let reply = common::http::request(port, "GET", &path, Some(ADMIN), None).await;
-            if reply.status == 200 {
-                Ok(())
-            } else {
-                Err(format!("{reply:?}"))
-            }
-        })
-        .await;
+        super::wait_api(self.ops[i].api_port, &self.ns.name).await;
     }
 
     async fn apply_mutation(&self, variants: Value) {

@@ -20,6 +20,7 @@ mod api_device;
 mod api_input;
 mod api_load;
 mod api_walkthrough;
+mod audit;
 mod baseline;
 mod conflicts;
 mod connect;
@@ -47,9 +48,10 @@ mod small_devices;
 mod steady;
 mod tls;
 
-use std::{
-    io::{Read, Seek, SeekFrom},
-    time::Duration,
+use std::time::Duration;
+
+pub use audit::{
+    assert_steady, audit_events, audit_log, log_size, operator_requests, quiet_offset, reconciles,
 };
 
 use common::{Operator, TestNamespace, base, wait_for};
@@ -89,22 +91,7 @@ impl Fixture {
     /// With the HTTP API's admin token set to `ADMIN`, and waits until the API answers.
     pub async fn with_api(prefix: &str) -> Fixture {
         let f = Self::with_env(prefix, &[("MUTANT_API_TOKEN", ADMIN)]).await;
-        let port = f.operator.api_port;
-        let path = format!("/api/v1/namespaces/{}/mutations", f.ns.name);
-        wait_for("the HTTP API to serve", CONVERGE, || async {
-            match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                Err(e) => Err(e.to_string()),
-                Ok(_) => {
-                    let reply = common::http::request(port, "GET", &path, Some(ADMIN), None).await;
-                    if reply.status == 200 {
-                        Ok(())
-                    } else {
-                        Err(format!("{reply:?}"))
-                    }
-                }
-            }
-        })
-        .await;
+        wait_api(f.operator.api_port, &f.ns.name).await;
         f
     }
 
@@ -126,6 +113,23 @@ impl Fixture {
             body.as_deref(),
         )
         .await
+    }
+
+    /// Adds `variant` to Mutation `name` through the API, with `token`.
+    pub async fn add_variant(
+        &self,
+        name: &str,
+        token: &str,
+        variant: &Value,
+    ) -> common::http::Reply {
+        let path = format!("/mutations/{name}/variants");
+        self.call("POST", &path, Some(token), Some(variant)).await
+    }
+
+    /// The labels of Mutation `name`'s spec, as the API server has them.
+    pub async fn spec_labels(&self, name: &str) -> Vec<String> {
+        let m = self.mutations().get(name).await.unwrap();
+        m.spec.variants.iter().map(|v| v.label.clone()).collect()
     }
 
     /// The token of Mutation `name`, once the operator has made its Secret.
@@ -243,6 +247,24 @@ impl Fixture {
     }
 }
 
+/// Waits until the HTTP API on `port` lists the Mutations of `namespace` to the admin token
+/// (200 once the operator's caches have synced).
+pub async fn wait_api(port: u16, namespace: &str) {
+    let path = format!("/api/v1/namespaces/{namespace}/mutations");
+    wait_for("the HTTP API to serve", CONVERGE, || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = common::http::request(port, "GET", &path, Some(ADMIN), None).await;
+        if reply.status == 200 {
+            Ok(())
+        } else {
+            Err(format!("{reply:?}"))
+        }
+    })
+    .await;
+}
+
 /// Both owner kinds expose their status the same way.
 pub trait HasStatus {
     fn owner_status(&self) -> Option<&OwnerStatus>;
@@ -313,6 +335,42 @@ pub fn controller_of<K: ResourceExt>(obj: &K) -> Option<(String, String, String)
         .map(|r| (r.kind.clone(), r.name.clone(), r.uid.clone()))
 }
 
+/// The controller ownerReference's (kind, name, uid) that an object `owner` controls has.
+pub fn controlled_by<K>(owner: &K) -> Option<(String, String, String)>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    Some((
+        K::kind(&()).into_owned(),
+        owner.name_any(),
+        owner.uid().unwrap(),
+    ))
+}
+
+/// The labels of a Deployment's pod template.
+pub fn template_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .expect("a pod template with labels")
+}
+
+/// The first ```` ```lang ```` code block after `marker` in `file` (a Markdown file of the
+/// repository), without its fences.
+pub fn markdown_block(file: &str, marker: &str, lang: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (_, after) = text
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("{file} has no {marker}"));
+    let (_, body) = after
+        .split_once(&format!("```{lang}\n"))
+        .unwrap_or_else(|| panic!("{file}: no {lang} block after {marker}"));
+    let (block, _) = body.split_once("```").expect("the block ends");
+    block.to_string()
+}
+
 /// Reads a file under deploy/examples/ as JSON.
 pub fn example(file: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -329,69 +387,6 @@ pub fn kubectl(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program}: {e}"))
-}
-
-/// The audit log of the local control plane.
-pub fn audit_log() -> std::path::PathBuf {
-    match std::env::var_os("MUTANTOPS_AUDIT_LOG") {
-        Some(path) => path.into(),
-        None => panic!(
-            "this test reads the API server's audit log: run it through scripts/test, or set \
-             MUTANTOPS_AUDIT_LOG to the audit log of the cluster in KUBECONFIG"
-        ),
-    }
-}
-
-pub fn log_size(path: &std::path::Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-}
-
-/// The API server's audit events of the operator's completed requests (user agent
-/// `mutantops/`) logged after `offset`.
-pub fn audit_events(path: &std::path::Path, offset: u64) -> Vec<Value> {
-    let mut file = std::fs::File::open(path).unwrap();
-    file.seek(SeekFrom::Start(offset)).unwrap();
-    let mut text = String::new();
-    file.read_to_string(&mut text).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| {
-            e["userAgent"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("mutantops/")
-        })
-        .collect()
-}
-
-/// The operator's requests in `namespace` logged after `offset`, except watches and Lease
-/// renewals, as "verb uri" lines.
-pub fn operator_requests(path: &std::path::Path, offset: u64, namespace: &str) -> Vec<String> {
-    audit_events(path, offset)
-        .into_iter()
-        .filter(|e| e["verb"] != "watch")
-        .filter(|e| {
-            e["requestURI"]
-                .as_str()
-                .unwrap_or("")
-                .contains(&format!("/namespaces/{namespace}/"))
-        })
-        // The leader's Lease renewals are the one periodic write, and not a reconcile's.
-        .filter(|e| {
-            !e["requestURI"]
-                .as_str()
-                .unwrap_or("")
-                .contains("/apis/coordination.k8s.io/")
-        })
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["verb"].as_str().unwrap_or(""),
-                e["requestURI"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
 }
 
 /// Waits until the namespace holds at least `count` Events with `reason`, and returns their

@@ -25,6 +25,29 @@ fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no series {series} in:\n{samples:#?}"))
 }
 
+/// Applies Mutation `m` over `base(base_name)` with the one variant `label` (1 instance), and
+/// waits until it is ready.
+async fn apply_one_variant(f: &Fixture, base_name: &str, label: &str) {
+    let one = json!([{ "label": label, "instances": 1 }]);
+    f.apply::<Mutation>(&mutation("m", base(base_name), one))
+        .await;
+    f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
+        .await;
+}
+
+/// Asserts that a command succeeded and said nothing, on stdout or stderr.
+fn assert_silent_success(output: &std::process::Output, what: &str) {
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && said.trim().is_empty(),
+        "{what}: {said}"
+    );
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn metrics_follow_the_cluster_and_the_format_is_valid() {
@@ -47,9 +70,10 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     let accept =
         "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
     let reply = wait_for("the gauges to follow the statuses", CONVERGE, || async {
-        let reply =
-            common::http::request_with(port, "GET", "/metrics", None, &[("Accept", accept)], None)
-                .await;
+        let reply = common::http::Request::new("GET", "/metrics", None, None)
+            .headers(&[("Accept", accept)])
+            .send(port)
+            .await;
         let s = samples(&reply.body);
         let states = (
             s.get("mutant_operator_mutation_variants{state=\"Ready\"}")
@@ -73,85 +97,56 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     let s = samples(&reply.body);
 
     for kind in ["MutantDeployment", "Mutation"] {
-        let ok = value(
-            &s,
-            &format!("mutant_operator_reconciliations_total{{kind=\"{kind}\",outcome=\"ok\"}}"),
-        );
+        let series =
+            |name: &str, label: &str| format!("mutant_operator_{name}{{kind=\"{kind}\",{label}}}");
+        let ok = value(&s, &series("reconciliations_total", "outcome=\"ok\""));
         assert!(ok >= 1.0, "{kind} reconciles counted: {ok}");
-        value(
-            &s,
-            &format!("mutant_operator_reconciliations_total{{kind=\"{kind}\",outcome=\"error\"}}"),
-        );
         let count = value(
             &s,
-            &format!(
-                "mutant_operator_reconcile_duration_seconds_count{{kind=\"{kind}\",outcome=\"ok\"}}"
-            ),
+            &series("reconcile_duration_seconds_count", "outcome=\"ok\""),
         );
         assert_eq!(count, ok, "one duration per reconcile");
+        // These are there, whatever their value.
+        let mut present = vec![series("reconciliations_total", "outcome=\"error\"")];
         for error in ["invalid", "api", "client"] {
-            value(
-                &s,
-                &format!(
-                    "mutant_operator_reconcile_errors_total{{kind=\"{kind}\",error=\"{error}\"}}"
-                ),
-            );
+            present.push(series(
+                "reconcile_errors_total",
+                &format!("error=\"{error}\""),
+            ));
         }
         for error in ["queue", "object_not_found", "runner"] {
-            value(
-                &s,
-                &format!(
-                    "mutant_operator_controller_errors_total{{kind=\"{kind}\",error=\"{error}\"}}"
-                ),
-            );
+            present.push(series(
+                "controller_errors_total",
+                &format!("error=\"{error}\""),
+            ));
+        }
+        for series in &present {
+            value(&s, series);
         }
         // Gauges from the caches: one owner of each kind in this (scoped) operator.
-        assert_eq!(
-            value(
-                &s,
-                &format!("mutant_operator_managed_objects{{kind=\"{kind}\"}}")
-            ),
-            1.0
-        );
+        let managed = format!("mutant_operator_managed_objects{{kind=\"{kind}\"}}");
+        assert_eq!(value(&s, &managed), 1.0);
     }
-    assert_eq!(
-        value(&s, "mutant_operator_variants{kind=\"MutantDeployment\"}"),
-        2.0
+    let build_info = format!(
+        "mutant_operator_build_info{{version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
     );
-    assert_eq!(
-        value(&s, "mutant_operator_variants{kind=\"Mutation\"}"),
-        3.0
-    );
-    // Mutation variants by reported state: x and y Ready, the repeated x a Conflict.
-    assert_eq!(
-        value(&s, "mutant_operator_mutation_variants{state=\"Ready\"}"),
-        2.0
-    );
-    assert_eq!(
-        value(&s, "mutant_operator_mutation_variants{state=\"Conflict\"}"),
-        1.0
-    );
-    assert_eq!(
-        value(&s, "mutant_operator_mutation_variants{state=\"Invalid\"}"),
-        0.0
-    );
-    assert_eq!(
-        value(
-            &s,
-            "mutant_operator_mutation_variants{state=\"Progressing\"}"
+    let gauges = [
+        ("mutant_operator_variants{kind=\"MutantDeployment\"}", 2.0),
+        ("mutant_operator_variants{kind=\"Mutation\"}", 3.0),
+        // Mutation variants by reported state: x and y Ready, the repeated x a Conflict.
+        ("mutant_operator_mutation_variants{state=\"Ready\"}", 2.0),
+        ("mutant_operator_mutation_variants{state=\"Conflict\"}", 1.0),
+        ("mutant_operator_mutation_variants{state=\"Invalid\"}", 0.0),
+        (
+            "mutant_operator_mutation_variants{state=\"Progressing\"}",
+            0.0,
         ),
-        0.0
-    );
-    assert_eq!(
-        value(
-            &s,
-            &format!(
-                "mutant_operator_build_info{{version=\"{}\"}}",
-                env!("CARGO_PKG_VERSION")
-            )
-        ),
-        1.0
-    );
+        (&build_info, 1.0),
+    ];
+    for (series, expected) in gauges {
+        assert_eq!(value(&s, series), expected, "{series}");
+    }
     for process in [
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
@@ -184,8 +179,10 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
         "{:?}",
         plain.headers
     );
-    let text =
-        common::http::request_with(port, "GET", "/metrics", None, &[("Accept", "*/*")], None).await;
+    let text = common::http::Request::new("GET", "/metrics", None, None)
+        .headers(&[("Accept", "*/*")])
+        .send(port)
+        .await;
     let content_type = text.header("content-type").unwrap();
     assert!(
         content_type.starts_with("text/plain; version=0.0.4"),
@@ -208,16 +205,7 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
             .write_all(text.body.as_bytes())
             .unwrap();
     }
-    let checked = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
-    assert!(
-        checked.status.success() && said.trim().is_empty(),
-        "promtool check metrics: {said}"
-    );
+    assert_silent_success(&child.wait_with_output().unwrap(), "promtool check metrics");
     // And literally as Prometheus documents it.
     let piped = std::process::Command::new("bash")
         .arg("-c")
@@ -226,33 +214,15 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
         ))
         .output()
         .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&piped.stdout),
-        String::from_utf8_lossy(&piped.stderr)
-    );
-    assert!(
-        piped.status.success() && said.trim().is_empty(),
-        "curl -s .../metrics | promtool check metrics: {said}"
-    );
+    assert_silent_success(&piped, "curl -s .../metrics | promtool check metrics");
 
     // Counters move: a spec change means more reconciles.
-    let before = value(
-        &s,
-        "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}",
-    );
-    f.apply::<Mutation>(&mutation(
-        "m",
-        base("mu"),
-        json!([{ "label": "x", "instances": 1 }]),
-    ))
-    .await;
-    f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
-        .await;
+    let ok = "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}";
+    let before = value(&s, ok);
+    apply_one_variant(&f, "mu", "x").await;
     // The gauges come from the watch caches, which follow the status just read from the API
     // server within moments: wait for what they must converge to, never read them once (on
     // k3s's kine/SQLite the Conflict gauge was still 1.0 at the first read; issue 27).
-    let ok = "mutant_operator_reconciliations_total{kind=\"Mutation\",outcome=\"ok\"}";
     let variants = "mutant_operator_variants{kind=\"Mutation\"}";
     let conflict = "mutant_operator_mutation_variants{state=\"Conflict\"}";
     wait_for("the metrics to follow the status", CONVERGE, || async {
@@ -273,30 +243,16 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     .await;
 
     // R26: probes on the same listener; the API's port does not serve them.
-    assert_eq!(
-        common::http::request(port, "GET", "/healthz", None, None)
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        common::http::request(port, "GET", "/readyz", None, None)
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        common::http::request(port, "GET", "/nope", None, None)
-            .await
-            .status,
-        404
-    );
-    assert_eq!(
-        common::http::request(port, "POST", "/metrics", None, Some(""))
-            .await
-            .status,
-        405
-    );
+    let probes = [
+        ("GET", "/healthz", None, 200),
+        ("GET", "/readyz", None, 200),
+        ("GET", "/nope", None, 404),
+        ("POST", "/metrics", Some(""), 405),
+    ];
+    for (method, path, body, status) in probes {
+        let reply = common::http::request(port, method, path, None, body).await;
+        assert_eq!(reply.status, status, "{method} {path}: {reply:?}");
+    }
     let api = common::http::request(f.operator.api_port, "GET", "/metrics", None, None).await;
     assert_eq!(api.status, 404, "the API listener does not serve metrics");
 }
@@ -306,14 +262,7 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn json_logs_are_one_object_per_line() {
     let f = Fixture::with_env("logs-json", &[("MUTANT_LOG_FORMAT", "json")]).await;
-    f.apply::<Mutation>(&mutation(
-        "m",
-        base("web"),
-        json!([{ "label": "a", "instances": 1 }]),
-    ))
-    .await;
-    f.wait_status::<Mutation>("m", "1/1", |s| s.summary == "1/1 variants ready")
-        .await;
+    apply_one_variant(&f, "web", "a").await;
     let log = f.operator.log_text();
     let lines: Vec<Value> = log
         .lines()

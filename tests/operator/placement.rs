@@ -9,19 +9,6 @@ use serde_json::json;
 
 use super::*;
 
-/// The YAML block after the README's placement marker, as JSON.
-fn readme_example() -> Value {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find("<!-- placement-example -->")
-        .expect("README has the placement example marker");
-    let block = &readme[start..];
-    let body = &block[block.find("```yaml\n").expect("a yaml block follows") + 8..];
-    let yaml = &body[..body.find("```").expect("the block ends")];
-    serde_yaml::from_str(yaml).unwrap()
-}
-
 /// The pod spec of a Deployment's template.
 fn pod(d: &Deployment) -> PodSpec {
     d.spec.clone().unwrap().template.spec.unwrap()
@@ -33,14 +20,6 @@ fn container(d: &Deployment, name: &str) -> (String, Value) {
     let c = pod.containers.iter().find(|c| c.name == name).unwrap();
     let resources = serde_json::to_value(&c.resources).unwrap();
     (c.image.clone().unwrap_or_default(), resources)
-}
-
-/// The error of a reply.
-fn error(reply: &common::http::Reply) -> String {
-    reply.json()["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// A base like the README's browser-snap: container `snap` with resources, and a toleration.
@@ -79,7 +58,8 @@ fn snap_base(name: &str) -> Value {
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn placement_and_images_land_in_the_deployments_of_both_kinds() {
     let f = Fixture::new("ctl-placement").await;
-    let example = readme_example();
+    let block = markdown_block("README.md", "<!-- placement-example -->", "yaml");
+    let example: Value = serde_yaml::from_str(&block).unwrap();
     assert_eq!(example["metadata"]["name"], "browser-snap");
     f.apply::<Mutation>(&example).await;
     let mut variants = example["spec"]["variants"].clone();
@@ -191,28 +171,10 @@ async fn the_admin_token_sets_placement_and_images_through_the_api() {
         "containers": [{ "name": "snap", "image": "ghcr.io/neiam/browser-snap:slim",
                          "resources": { "limits": { "memory": "128Mi" } } }]
     });
-    let refused = f
-        .call(
-            "POST",
-            "/mutations/snap/variants",
-            Some(ADMIN),
-            Some(&lilygo),
-        )
-        .await;
-    assert_eq!(refused.status, 400, "{refused:?}");
-    assert!(
-        error(&refused).contains("memory limit of 128Mi"),
-        "{refused:?}"
-    );
+    let refused = f.add_variant("snap", ADMIN, &lilygo).await;
+    refused.assert_refused(400, &["memory limit of 128Mi"]);
     lilygo["containers"][0]["resources"]["requests"] = json!({ "memory": "64Mi" });
-    let added = f
-        .call(
-            "POST",
-            "/mutations/snap/variants",
-            Some(ADMIN),
-            Some(&lilygo),
-        )
-        .await;
+    let added = f.add_variant("snap", ADMIN, &lilygo).await;
     assert_eq!(added.status, 201, "{added:?}");
     assert_eq!(added.json()["containers"], lilygo["containers"]);
     let read = f
@@ -246,34 +208,17 @@ async fn the_admin_token_sets_placement_and_images_through_the_api() {
     );
 
     let ghost = json!({ "label": "ghost", "containers": [{ "name": "browser", "image": "x:1" }] });
-    let reply = f
-        .call(
-            "POST",
-            "/mutations/snap/variants",
-            Some(ADMIN),
-            Some(&ghost),
-        )
-        .await;
-    assert_eq!(reply.status, 400, "{reply:?}");
-    assert!(
-        error(&reply).contains("containers \"browser\""),
-        "{reply:?}"
-    );
+    let reply = f.add_variant("snap", ADMIN, &ghost).await;
+    reply.assert_refused(400, &["containers \"browser\""]);
     let create = json!({ "name": "ghost", "deployment": snap_base("ghost"), "variants": [ghost] });
     let reply = f
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
-    assert_eq!(reply.status, 400, "{reply:?}");
-    assert!(error(&reply).contains("\"browser\""), "{reply:?}");
+    reply.assert_refused(400, &["\"browser\""]);
     let bad = json!({ "label": "bad", "tolerations": [{ "operator": "Equal", "value": "x" }] });
-    let reply = f
-        .call("POST", "/mutations/snap/variants", Some(ADMIN), Some(&bad))
-        .await;
-    assert_eq!(reply.status, 400, "{reply:?}");
-    assert!(error(&reply).contains("tolerations[0]"), "{reply:?}");
-    let m = f.mutations().get("snap").await.unwrap();
-    let labels: Vec<&str> = m.spec.variants.iter().map(|v| v.label.as_str()).collect();
-    assert_eq!(labels, ["radxa-8-hd", "lilygo47"]);
+    let reply = f.add_variant("snap", ADMIN, &bad).await;
+    reply.assert_refused(400, &["tolerations[0]"]);
+    assert_eq!(f.spec_labels("snap").await, ["radxa-8-hd", "lilygo47"]);
 }
 
 /// R37, R32: a device token may set node labels and tolerations only by the keys the owner
@@ -290,22 +235,8 @@ async fn device_tokens_set_only_the_placement_their_owner_allows() {
         .await;
     assert_eq!(created.status, 201, "{created:?}");
     let token = f.token("snap").await;
-    let add = async |body: Value| {
-        f.call(
-            "POST",
-            "/mutations/snap/variants",
-            Some(&token),
-            Some(&body),
-        )
-        .await
-    };
-    let refused = |reply: &common::http::Reply, words: &[&str]| {
-        assert_eq!(reply.status, 403, "{reply:?}");
-        let e = error(reply);
-        for word in words {
-            assert!(e.contains(word), "{word:?} not in {e:?}");
-        }
-    };
+    let add = async |body: Value| f.add_variant("snap", &token, &body).await;
+    let refused = |reply: &common::http::Reply, words: &[&str]| reply.assert_refused(403, words);
     let arch = json!({ "kubernetes.io/arch": "arm64" });
     let board = json!([{ "key": "neiam.org/board", "operator": "Exists" }]);
     let image = json!([{ "name": "snap", "image": "ghcr.io/neiam/browser-snap:slim" }]);
@@ -364,17 +295,8 @@ async fn device_tokens_set_only_the_placement_their_owner_allows() {
     refused(&r, &["containers (\"snap\")", "image or resources"]);
     // The admin is not held to deviceAccess.
     let admin = json!({ "label": "admin", "containers": image, "nodeSelector": hostname });
-    let r = f
-        .call(
-            "POST",
-            "/mutations/snap/variants",
-            Some(ADMIN),
-            Some(&admin),
-        )
-        .await;
+    let r = f.add_variant("snap", ADMIN, &admin).await;
     assert_eq!(r.status, 201, "{r:?}");
 
-    let m = f.mutations().get("snap").await.unwrap();
-    let labels: Vec<&str> = m.spec.variants.iter().map(|v| v.label.as_str()).collect();
-    assert_eq!(labels, ["plain", "board-7", "admin"]);
+    assert_eq!(f.spec_labels("snap").await, ["plain", "board-7", "admin"]);
 }

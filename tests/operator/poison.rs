@@ -49,13 +49,7 @@ async fn wait_mutation(
 async fn listed(f: &Fixture) -> Vec<String> {
     let reply = f.call("GET", "/mutations", Some(ADMIN), None).await;
     assert_eq!(reply.status, 200, "{reply:?}");
-    let mut names: Vec<String> = reply
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["name"].as_str().map(String::from))
-        .collect();
+    let mut names = reply.each("name");
     names.sort();
     names
 }

@@ -396,18 +396,8 @@ async fn prometheus_scrapes_the_operator_and_loads_the_rules() {
 /// The first YAML block under "## Plain Prometheus" in deploy/prometheus/README.md: the
 /// configuration a user of a plain Prometheus in the cluster copies.
 fn readme_scrape_config() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/README.md");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let section = text
-        .split_once("## Plain Prometheus")
-        .map(|(_, rest)| rest)
-        .expect("deploy/prometheus/README.md has a section Plain Prometheus");
-    let block = section
-        .split_once("```yaml\n")
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(block, _)| block)
-        .expect("the section Plain Prometheus has a yaml block");
-    serde_yaml::from_str(block).unwrap_or_else(|e| panic!("{e}:\n{block}"))
+    let block = markdown_block("deploy/prometheus/README.md", "## Plain Prometheus", "yaml");
+    serde_yaml::from_str(&block).unwrap_or_else(|e| panic!("{e}:\n{block}"))
 }
 
 /// The pod template of deploy/operator.yml's Deployment.

@@ -39,20 +39,6 @@ async fn install_policy(f: &Fixture) -> PolicyGuards {
     deny_deployments(f, "policy", validations, probe, 403).await
 }
 
-/// The `error` of an API answer.
-fn error(reply: &common::http::Reply) -> String {
-    reply.json()["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The labels of Mutation `name`'s spec, as the API server has them.
-async fn spec_labels(f: &Fixture, name: &str) -> Vec<String> {
-    let m = f.mutations().get(name).await.unwrap();
-    m.spec.variants.iter().map(|v| v.label.clone()).collect()
-}
-
 /// R35 (issue 25, item 4), R26: variants refused by an admission policy (its 403 and its 422)
 /// and by a ResourceQuota (`count/deployments.apps`, 403) are each Invalid with the server's
 /// message, while a variant declared after them is created, a removed one is pruned, the
@@ -122,27 +108,11 @@ async fn a_variant_refused_by_a_quota_or_a_policy_is_invalid_and_the_rest_conver
     // Through the API: the device's token and the admin get the dry run's refusal.
     let token = f.token("m").await;
     let blocked = json!({ "label": "blocked-2", "instances": 0 });
-    let reply = f
-        .call(
-            "POST",
-            "/mutations/m/variants",
-            Some(&token),
-            Some(&blocked),
-        )
-        .await;
-    assert_eq!(reply.status, 403, "{reply:?}");
-    assert!(error(&reply).contains(BLOCKED), "{reply:?}");
+    let reply = f.add_variant("m", &token, &blocked).await;
+    reply.assert_refused(403, &[BLOCKED]);
     let forbidden = json!({ "label": "x", "env": { "X": "forbidden" }, "instances": 0 });
-    let reply = f
-        .call(
-            "POST",
-            "/mutations/m/variants",
-            Some(ADMIN),
-            Some(&forbidden),
-        )
-        .await;
-    assert_eq!(reply.status, 400, "{reply:?}");
-    assert!(error(&reply).contains(FORBIDDEN), "{reply:?}");
+    let reply = f.add_variant("m", ADMIN, &forbidden).await;
+    reply.assert_refused(400, &[FORBIDDEN]);
     let create = json!({
         "name": "n", "deployment": base("other"),
         "variants": [{ "label": "fine", "instances": 0 }, { "label": "blocked-3", "instances": 0 }]
@@ -150,10 +120,9 @@ async fn a_variant_refused_by_a_quota_or_a_policy_is_invalid_and_the_rest_conver
     let reply = f
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
-    assert_eq!(reply.status, 403, "{reply:?}");
-    assert!(error(&reply).contains(BLOCKED), "{reply:?}");
+    reply.assert_refused(403, &[BLOCKED]);
     assert!(f.mutations().get_opt("n").await.unwrap().is_none());
-    assert_eq!(spec_labels(&f, "m").await, ["blocked-1", "b", "a", "c"]);
+    assert_eq!(f.spec_labels("m").await, ["blocked-1", "b", "a", "c"]);
 
     // A ResourceQuota: the namespace holds web-a and web-c, and may hold no more Deployments.
     let quotas: Api<ResourceQuota> = f.ns.api();
@@ -178,12 +147,9 @@ async fn a_variant_refused_by_a_quota_or_a_policy_is_invalid_and_the_rest_conver
     })
     .await;
     let over = json!({ "label": "d", "instances": 0 });
-    let reply = f
-        .call("POST", "/mutations/m/variants", Some(&token), Some(&over))
-        .await;
-    assert_eq!(reply.status, 403, "{reply:?}");
-    assert!(error(&reply).contains("exceeded quota"), "{reply:?}");
-    assert_eq!(spec_labels(&f, "m").await, ["blocked-1", "b", "a", "c"]);
+    let reply = f.add_variant("m", &token, &over).await;
+    reply.assert_refused(403, &["exceeded quota"]);
+    assert_eq!(f.spec_labels("m").await, ["blocked-1", "b", "a", "c"]);
 
     // Declared with kubectl instead: d is Invalid with the quota's message, the rest stays.
     let over_quota = json!([

@@ -120,20 +120,7 @@ impl Replicas {
         let b = start(b_env);
         let replicas = Replicas { a, b, dir, ns };
         for port in [replicas.a.api_port, replicas.b.api_port] {
-            wait_for("the HTTP API to serve", CONVERGE, || async {
-                TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let reply = replicas
-                    .call(port, "GET", "/mutations", Some(ADMIN), None)
-                    .await;
-                if reply.status == 200 {
-                    Ok(())
-                } else {
-                    Err(format!("{reply:?}"))
-                }
-            })
-            .await;
+            wait_api(port, &replicas.ns.name).await;
         }
         replicas
     }
@@ -162,7 +149,10 @@ impl Replicas {
     ) -> common::http::Reply {
         let path = format!("/api/v1/namespaces/{}{path}", self.ns.name);
         let body = body.map(|b| b.to_string());
-        common::http::request_with(port, method, &path, token, headers, body.as_deref()).await
+        common::http::Request::new(method, &path, token, body.as_deref())
+            .headers(headers)
+            .send(port)
+            .await
     }
 
     /// Creates Mutation `name` (variant `a`, 0 instances) through A; returns its token.
@@ -287,14 +277,7 @@ async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit()
         .await;
     assert_eq!(removed.status, 204, "{removed:?}");
     let listed = read(a, "/mutations/m/variants").await;
-    let listed = listed.json();
-    let labels: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["label"].as_str())
-        .collect();
-    assert_eq!(labels, ["b"], "{listed:?}");
+    assert_eq!(listed.each("label"), ["b"], "{listed:?}");
     let gone = read(a, "/mutations/m/variants/a").await;
     assert_eq!(gone.status, 404, "{gone:?}");
     // A Mutation deleted through A is gone from B's list and B's reads.
@@ -302,14 +285,7 @@ async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit()
     let deleted = r.call(a, "DELETE", "/mutations/n", Some(ADMIN), None).await;
     assert!([200, 204].contains(&deleted.status), "{deleted:?}");
     let list = read(b, "/mutations").await;
-    let list = list.json();
-    let names: Vec<&str> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["name"].as_str())
-        .collect();
-    assert_eq!(names, ["m"], "{list:?}");
+    assert_eq!(list.each("name"), ["m"], "{list:?}");
     let gone = r
         .call_with(b, "GET", "/mutations/n", Some(&second), &no_cache, None)
         .await;

@@ -10,18 +10,6 @@ use serde_json::json;
 
 use super::*;
 
-/// The YAML block of the README that follows `marker`.
-fn readme_block(marker: &str) -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let after = readme
-        .split_once(marker)
-        .unwrap_or_else(|| panic!("README.md has no {marker}"))
-        .1;
-    let body = after.split_once("```yaml\n").unwrap().1;
-    body.split_once("```").unwrap().0.to_string()
-}
-
 /// The documents of deploy/operator.yml named `name`.
 fn deploy_objects(name: &str) -> Vec<Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/operator.yml");
@@ -70,7 +58,8 @@ async fn a_namespace_scoped_install_reads_its_own_namespace_label() {
     let name = ns.name.clone();
 
     // The README's Role and binding, and deploy/'s leader Lease Role, in this namespace.
-    let readme = readme_block("<!-- namespace-scoped-role -->").replace("displays", &name);
+    let readme = markdown_block("README.md", "<!-- namespace-scoped-role -->", "yaml")
+        .replace("displays", &name);
     let mut manifests = readme.clone();
     for mut object in deploy_objects("mutantops-leader-election") {
         object["metadata"]["namespace"] = json!(name);

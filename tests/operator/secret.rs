@@ -6,6 +6,15 @@ use serde_json::json;
 
 use super::*;
 
+/// Applies Mutation `app` with the one variant `a` (1 instance), and waits until its status
+/// says `what`, by `check`.
+async fn apply_app(f: &Fixture, what: &str, check: impl Fn(&OwnerStatus) -> bool) -> OwnerStatus {
+    let one = json!([{ "label": "a", "instances": 1 }]);
+    f.apply::<Mutation>(&mutation("app", base("app"), one))
+        .await;
+    f.wait_status::<Mutation>("app", what, check).await
+}
+
 fn token(secret: &Secret) -> String {
     let bytes = &secret.data.as_ref().unwrap()["token"].0;
     String::from_utf8(bytes.clone()).unwrap()
@@ -18,15 +27,7 @@ fn token(secret: &Secret) -> String {
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn the_token_is_made_once_and_kept() {
     let mut f = Fixture::new("ctl-secret").await;
-    f.apply::<Mutation>(&mutation(
-        "app",
-        base("app"),
-        json!([{ "label": "a", "instances": 1 }]),
-    ))
-    .await;
-    let status = f
-        .wait_status::<Mutation>("app", "secret reported", |s| s.secret.is_some())
-        .await;
+    let status = apply_app(&f, "secret reported", |s| s.secret.is_some()).await;
     assert_eq!(status.secret.as_deref(), Some("app-secret"));
     let secrets: Api<Secret> = f.ns.api();
     let first = secrets.get("app-secret").await.unwrap();
@@ -37,10 +38,7 @@ async fn the_token_is_made_once_and_kept() {
         "{value}"
     );
     let owner = f.mutations().get("app").await.unwrap();
-    assert_eq!(
-        controller_of(&first),
-        Some(("Mutation".into(), "app".into(), owner.uid().unwrap()))
-    );
+    assert_eq!(controller_of(&first), controlled_by(&owner));
     assert_eq!(first.immutable, Some(true));
 
     // A spec edit, then two hard restarts of the operator.
@@ -112,19 +110,12 @@ async fn a_foreign_secret_is_reported_and_untouched() {
         .await
         .unwrap();
 
-    f.apply::<Mutation>(&mutation(
-        "app",
-        base("app"),
-        json!([{ "label": "a", "instances": 1 }]),
-    ))
+    let status = apply_app(&f, "foreign secret reported", |s| {
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.contains("app-secret"))
+    })
     .await;
-    let status = f
-        .wait_status::<Mutation>("app", "foreign secret reported", |s| {
-            s.message
-                .as_deref()
-                .is_some_and(|m| m.contains("app-secret"))
-        })
-        .await;
     assert_eq!(status.secret, None);
     // The variants still run.
     f.wait_deployment("app-a", "ready", |d| ready(d, 1)).await;

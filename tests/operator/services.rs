@@ -100,14 +100,7 @@ async fn each_variant_gets_a_service_of_its_own_pods() {
     for (label, other) in [("radxa-8-hd", "lilygo47"), ("lilygo47", "radxa-8-hd")] {
         let name = format!("browser-snap-{label}");
         let svc = services.get(&name).await.unwrap();
-        assert_eq!(
-            controller_of(&svc),
-            Some((
-                "Mutation".into(),
-                "browser-snap".into(),
-                owner.uid().unwrap()
-            ))
-        );
+        assert_eq!(controller_of(&svc), controlled_by(&owner));
         let spec = svc.spec.clone().unwrap();
         assert_eq!(spec.type_.as_deref(), Some("NodePort"));
         // The selector is the variant's three labels, all on its pod template and not all on
@@ -115,20 +108,8 @@ async fn each_variant_gets_a_service_of_its_own_pods() {
         let selector = spec.selector.clone().unwrap();
         assert_eq!(selector.len(), 3, "{selector:?}");
         assert_eq!(selector["mutantops.neiam.org/variant"], label);
-        let template = |d: &Deployment| {
-            d.spec
-                .as_ref()
-                .unwrap()
-                .template
-                .metadata
-                .as_ref()
-                .unwrap()
-                .labels
-                .clone()
-                .unwrap()
-        };
-        let mine = template(&f.deployments().get(&name).await.unwrap());
-        let theirs = template(
+        let mine = template_labels(&f.deployments().get(&name).await.unwrap());
+        let theirs = template_labels(
             &f.deployments()
                 .get(&format!("browser-snap-{other}"))
                 .await

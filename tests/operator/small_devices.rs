@@ -60,7 +60,7 @@ async fn read_with_budget<S: AsyncReadExt + Unpin>(stream: &mut S) -> (String, S
     (head, String::from_utf8(body).unwrap())
 }
 
-/// Sends one request's bytes (from `common::http::raw_request`) and reads the answer with the
+/// Sends one request's bytes (from `common::http::Request::bytes`) and reads the answer with the
 /// budget: its status and head.
 async fn budgeted(port: u16, raw: &[u8]) -> (u16, String) {
     assert!(raw.len() <= 1024, "a device's request stays small");
@@ -102,7 +102,9 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
                         "variants": [{"label": "radxa", "instances": 0}]})
     .to_string();
     let raw = |method, path: &str, token, headers: &[(&str, &str)], body: Option<&str>| {
-        common::http::raw_request(port, method, path, token, headers, body)
+        common::http::Request::new(method, path, token, body)
+            .headers(headers)
+            .bytes(port)
     };
     let (status, _) = budgeted(port, &raw("POST", &p(""), Some(ADMIN), &[], Some(&create))).await;
     assert_eq!(status, 201);
@@ -290,16 +292,7 @@ async fn record_meter(upstream: u16) -> (u16, Records) {
 /// Runs deploy/devices/README.md's `lan-ca` block in `dir`, with names of this machine and
 /// without its kubectl line; returns the chain and key files it made.
 fn lan_ca(dir: &std::path::Path) -> (String, String) {
-    let readme = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/devices/README.md"
-    ))
-    .unwrap();
-    let block = readme
-        .split("<!-- lan-ca -->\n```sh\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n```").next())
-        .expect("deploy/devices/README.md has the lan-ca block");
+    let block = markdown_block("deploy/devices/README.md", "<!-- lan-ca -->", "sh");
     let script: String = block
         .replace(
             "HOST=mutantops.home.lan IP=192.168.1.10",
@@ -394,7 +387,7 @@ async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
     assert_eq!(chain.len(), 2, "leaf and CA");
     assert!(served < 4096, "the chain is {served} bytes");
     let raw =
-        common::http::raw_request(port, "GET", &format!("{path}/snap"), Some(ADMIN), &[], None);
+        common::http::Request::new("GET", &format!("{path}/snap"), Some(ADMIN), None).bytes(port);
     tls.write_all(&raw).await.unwrap();
     let (head, body) = read_with_budget(&mut tls).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -415,14 +408,8 @@ async fn tls_for_mbedtls_a_small_chain_tls_1_2_and_small_records() {
         .await
         .unwrap();
     records.lock().unwrap().clear();
-    let raw = common::http::raw_request(
-        port,
-        "GET",
-        &format!("{path}/snap/variants/absent"),
-        Some(ADMIN),
-        &[],
-        None,
-    );
+    let absent = format!("{path}/snap/variants/absent");
+    let raw = common::http::Request::new("GET", &absent, Some(ADMIN), None).bytes(port);
     tls.write_all(&raw).await.unwrap();
     let (head, _) = read_with_budget(&mut tls).await;
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");

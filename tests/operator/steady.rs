@@ -7,10 +7,6 @@ use serde_json::json;
 
 use super::*;
 
-fn reconciles(operator: &Operator) -> usize {
-    operator.log_text().matches("reconciled").count()
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_steady_state_reconcile_makes_no_request() {
@@ -28,17 +24,7 @@ async fn a_steady_state_reconcile_makes_no_request() {
         .await;
 
     // Converged: wait for a quiet moment with no request from the operator in this namespace.
-    let offset = wait_for("the operator to fall quiet", CONVERGE, || async {
-        let start = log_size(&audit);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let requests = operator_requests(&audit, start, &f.ns.name);
-        if requests.is_empty() {
-            Ok(log_size(&audit))
-        } else {
-            Err(requests)
-        }
-    })
-    .await;
+    let offset = quiet_offset(&f, &audit).await;
 
     // Touch every generated object: each watch event makes its owner reconcile again. A label
     // (unlike an annotation) does not bump a Deployment's generation, so nothing really changes.
@@ -55,22 +41,7 @@ async fn a_steady_state_reconcile_makes_no_request() {
         .patch("m-secret", &PatchParams::default(), &Patch::Merge(&touch))
         .await
         .unwrap();
-    wait_for("the owners to be reconciled again", CONVERGE, || async {
-        let after = reconciles(&f.operator);
-        if after >= before + 2 {
-            Ok(())
-        } else {
-            Err(after - before)
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-
-    let requests = operator_requests(&audit, offset, &f.ns.name);
-    assert!(
-        requests.is_empty(),
-        "a steady-state reconcile made requests: {requests:#?}"
-    );
+    assert_steady(&f, &audit, offset, before).await;
     let status = f.mutations().get("m").await.unwrap().status.unwrap();
     assert_eq!(status.summary, "2/2 variants ready");
 }

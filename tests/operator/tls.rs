@@ -104,14 +104,8 @@ async fn the_api_speaks_https_only_to_clients_that_trust_its_ca() {
     // Plain HTTP on the TLS port gets no HTTP answer.
     let plain = common::http::exchange(
         port,
-        &common::http::raw_request(
-            port,
-            "GET",
-            &format!("{base_path}/mutations"),
-            Some(ADMIN),
-            &[],
-            None,
-        ),
+        &common::http::Request::new("GET", &format!("{base_path}/mutations"), Some(ADMIN), None)
+            .bytes(port),
     )
     .await;
     assert!(!plain.starts_with("HTTP/"), "{plain:?}");

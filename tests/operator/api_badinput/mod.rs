@@ -35,14 +35,8 @@ async fn fixture(prefix: &str) -> Fixture {
 async fn assert_serves(f: &Fixture, after: &str) {
     let list = f.call("GET", "/mutations", Some(ADMIN), None).await;
     assert_eq!(list.status, 200, "after {after}: {list:?}");
-    let listed = list.json();
-    let names: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["name"].as_str())
-        .collect();
-    assert!(names.contains(&"web"), "after {after}: {list:?}");
+    let names = list.each("name");
+    assert!(names.iter().any(|n| n == "web"), "after {after}: {list:?}");
     let web = f.call("GET", "/mutations/web", Some(ADMIN), None).await;
     assert_eq!(web.status, 200, "after {after}: {web:?}");
     assert_eq!(web.json()["name"], "web", "after {after}");

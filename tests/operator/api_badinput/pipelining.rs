@@ -115,18 +115,9 @@ async fn http_1_0_and_pipelined_requests_are_answered_in_order() {
     assert_eq!(statuses, [404, 200, 405, 200], "{all:?}");
     assert_eq!(all[1].json()["name"], "web");
     assert_eq!(all[2].header("allow"), Some("GET, DELETE"));
-    let listed = all[3].json();
-    let labels: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["label"].as_str())
-        .collect();
-    assert_eq!(labels, ["a", "old"]);
+    assert_eq!(all[3].each("label"), ["a", "old"]);
     assert_serves(&f, "pipelined requests").await;
 
-    let web = f.mutations().get("web").await.unwrap();
-    let labels: Vec<&str> = web.spec.variants.iter().map(|v| v.label.as_str()).collect();
-    assert_eq!(labels, ["a", "old"]);
+    assert_eq!(f.spec_labels("web").await, ["a", "old"]);
     assert_no_panic(&f);
 }

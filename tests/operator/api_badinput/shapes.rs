@@ -229,14 +229,10 @@ async fn json_nested_just_under_the_parser_limit_does_not_break_the_operator() {
              operator did not serve within {CONVERGE:?}; last answer: {last}"
         );
     }
-    let listed = f.call("GET", "/mutations", Some(ADMIN), None).await;
-    let mut names: Vec<String> = listed
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["name"].as_str().map(String::from))
-        .collect();
+    let mut names = f
+        .call("GET", "/mutations", Some(ADMIN), None)
+        .await
+        .each("name");
     names.sort();
     assert_eq!(names, accepted);
     assert_no_panic(&f);

@@ -192,17 +192,7 @@ async fn services_in_a_steady_state_cost_no_request() {
     f.wait_status::<MutantDeployment>("d", "served", served)
         .await;
 
-    let offset = wait_for("the operator to fall quiet", CONVERGE, || async {
-        let start = log_size(&audit);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let requests = operator_requests(&audit, start, &f.ns.name);
-        if requests.is_empty() {
-            Ok(log_size(&audit))
-        } else {
-            Err(requests)
-        }
-    })
-    .await;
+    let offset = quiet_offset(&f, &audit).await;
     // Touch every Service: each watch event makes its owner reconcile again.
     let services: Api<Service> = f.ns.api();
     let touch = json!({ "metadata": { "labels": { "test.neiam.org/touched": "yes" } } });
@@ -212,21 +202,6 @@ async fn services_in_a_steady_state_cost_no_request() {
             .await
             .unwrap();
     }
-    let reconciled = || f.operator.log_text().matches("reconciled").count();
-    let before = reconciled();
-    wait_for("the owners to be reconciled again", CONVERGE, || async {
-        let after = reconciled();
-        if after >= before + 2 {
-            Ok(())
-        } else {
-            Err(after - before)
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let requests = operator_requests(&audit, offset, &f.ns.name);
-    assert!(
-        requests.is_empty(),
-        "a steady-state reconcile made requests: {requests:#?}"
-    );
+    let before = reconciles(&f.operator);
+    assert_steady(&f, &audit, offset, before).await;
 }
