@@ -23,12 +23,14 @@ pub mod limits;
 mod owner;
 mod placement;
 mod service;
+mod strmap;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
 pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
+pub use strmap::StrMap;
 pub use service::{
     MAX_SERVICE_PORTS, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantService,
     VariantServicePort,
@@ -52,7 +54,7 @@ pub struct Variant {
     /// of at most 32768.
     #[serde(default)]
     #[schemars(schema_with = "limits::env_schema")]
-    pub env: BTreeMap<String, String>,
+    pub env: StrMap,
 
     /// Replica count of the variant's Deployment. Defaults to 1; 0 keeps the Deployment with
     /// no pods. At most 1000.
@@ -91,7 +93,7 @@ impl Default for Variant {
     fn default() -> Self {
         Variant {
             label: String::new(),
-            env: BTreeMap::new(),
+            env: StrMap::default(),
             instances: default_instances(),
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),

@@ -113,7 +113,7 @@ fn each_cached_object_stays_small() {
     let bounds = [
         // (bytes, allocations) per object, store key and slot included
         (3_700, 22),
-        (8_000, 51),
+        (5_300, 46),
         (2_300, 25),
         (3_000, 25),
     ];

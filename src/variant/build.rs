@@ -12,7 +12,7 @@ use super::placement::known_containers;
 use super::step::{Step, step_for};
 use super::validate::{deployment_name, unservable_name, validate_variant};
 use super::{Base, HASH_ANNOTATION, ObservedDeployment, Owner, is_controlled_by, variant_state};
-use crate::crd::{OwnerKind, Variant, VariantState, VariantStatus};
+use crate::crd::{OwnerKind, StrMap, Variant, VariantState, VariantStatus};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
 /// them, and applying them would fight those writers.
@@ -120,7 +120,7 @@ fn add_labels(map: &mut Map<String, Value>, labels: &[(&str, &str)]) {
 
 /// Extends one container's `env` with the variant's (R4); `literal`: with each value escaped
 /// so that the kubelet passes it on as written.
-fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>, literal: bool) {
+fn merge_env(container: &mut Map<String, Value>, env: &StrMap, literal: bool) {
     if env.is_empty() {
         return;
     }
@@ -133,12 +133,12 @@ fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>,
         let value = if literal {
             literal_env_value(value)
         } else {
-            value.clone()
+            value.to_owned()
         };
         let entry = json!({ "name": name, "value": value });
         let mut replaced = false;
         for item in items.iter_mut() {
-            if item.get("name").and_then(Value::as_str) == Some(name.as_str()) {
+            if item.get("name").and_then(Value::as_str) == Some(name) {
                 *item = entry.clone();
                 replaced = true;
             }
