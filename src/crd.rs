@@ -21,6 +21,7 @@ mod embedded;
 pub(crate) mod fixtures;
 pub mod limits;
 mod owner;
+mod packed;
 mod placement;
 mod service;
 mod strmap;
@@ -30,6 +31,7 @@ pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
 pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
+pub use packed::PackedJson;
 pub use strmap::StrMap;
 pub use service::{
     MAX_SERVICE_PORTS, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantService,

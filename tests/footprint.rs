@@ -112,10 +112,10 @@ fn each_cached_object_stays_small() {
     let service = include_str!("footprint/service.json");
     let bounds = [
         // (bytes, allocations) per object, store key and slot included
-        (3_700, 22),
+        (2_650, 22),
         (5_300, 46),
         (2_300, 25),
-        (3_000, 25),
+        (2_900, 25),
     ];
     let rows = [
         row(

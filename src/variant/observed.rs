@@ -22,7 +22,7 @@ use serde::{
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
-use crate::crd::compact::CompactText;
+use crate::crd::{PackedJson, compact::CompactText};
 
 /// kubectl's copy of the whole object it last applied: never compared, never kept.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -99,15 +99,16 @@ pub struct ObservedDeployment {
     /// The operator's `Update` entry in `managedFields`, when it created the Deployment with
     /// a POST and has not applied over it since.
     pub created_entry: Option<CreatedEntry>,
-    /// `{"annotations": {...}, "spec": {...}}` as compact JSON text.
-    compared: Box<str>,
+    /// `{"annotations": {...}, "spec": {...}}` as compact JSON text, packed.
+    compared: PackedJson,
 }
 
 impl ObservedDeployment {
     /// The Deployment as a JSON object of `apiVersion`, `kind`, `metadata` (annotations
     /// included) and `spec`: what [`super::needs_apply`] compares with the desired object.
     pub fn comparable(&self) -> Value {
-        let mut rest: Value = serde_json::from_str(&self.compared).unwrap_or(Value::Null);
+        let mut rest: Value =
+            serde_json::from_str(&self.compared.unpack()).unwrap_or(Value::Null);
         let mut metadata = serde_json::to_value(&self.metadata).unwrap_or(Value::Null);
         if let (Some(meta), Some(annotations)) = (
             metadata.as_object_mut(),
@@ -263,7 +264,7 @@ impl<'de> Deserialize<'de> for ObservedDeployment {
             replicas,
             status,
             created_entry: wire.managed_fields.0,
-            compared: compared.into_boxed_str(),
+            compared: PackedJson::pack(&compared),
         })
     }
 }
