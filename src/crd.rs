@@ -30,13 +30,13 @@ pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
-pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use packed::PackedJson;
-pub use strmap::StrMap;
+pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use service::{
     MAX_SERVICE_PORTS, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantService,
     VariantServicePort,
 };
+pub use strmap::StrMap;
 
 use crate::{Error, Result};
 

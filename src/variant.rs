@@ -33,7 +33,7 @@
 //! building and the apply decision in `build`, status in `status`, the baseline controls in
 //! `baseline` and the decision on them in `pod_security`, all re-exported below.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::crd::OwnerKind;
 
@@ -41,6 +41,7 @@ pub mod access;
 mod baseline;
 mod build;
 pub mod converge;
+mod meta;
 mod observed;
 pub(crate) mod placement;
 mod pod_security;
@@ -59,7 +60,8 @@ pub use baseline::{
     baseline_findings, own_account_finding,
 };
 pub use build::{Foreign, Planned, build, foreign, needs_apply, plan, resolve};
-pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
+pub use meta::{ControllerRef, HasMeta, Meta, MetaView, OwnerRef};
+pub use observed::{CreatedEntry, DeploymentWire, ObservedDeployment, RolloutCounts};
 pub use pod_security::{
     BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
 };
@@ -176,16 +178,12 @@ impl Owner {
 }
 
 /// The uid of the controller ownerReference (`controller: true`) of an object, if any.
-pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
+pub fn controller_uid(meta: &(impl MetaView + ?Sized)) -> Option<&str> {
+    meta.controller().map(|r| r.uid)
 }
 
 /// Whether the object's controller ownerReference points at `owner_uid` (R9).
-pub fn is_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+pub fn is_controlled_by(meta: &(impl MetaView + ?Sized), owner_uid: &str) -> bool {
     controller_uid(meta) == Some(owner_uid)
 }
 
@@ -193,14 +191,8 @@ pub fn is_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
 /// owner's name and kind labels AND its controller ownerReference has this owner's uid. A
 /// Deployment that merely carries the labels, or belongs to a same-named owner of the other
 /// kind, is never touched. (The caller still skips names of declared variants.)
-pub fn may_prune(meta: &ObjectMeta, owner: &Owner) -> bool {
-    let label = |k: &str| {
-        meta.labels
-            .as_ref()
-            .and_then(|l| l.get(k))
-            .map(String::as_str)
-    };
-    label(OWNER_LABEL) == Some(owner.name.as_str())
-        && label(KIND_LABEL) == Some(owner.kind.label_value())
+pub fn may_prune(meta: &(impl MetaView + ?Sized), owner: &Owner) -> bool {
+    meta.label(OWNER_LABEL) == Some(owner.name.as_str())
+        && meta.label(KIND_LABEL) == Some(owner.kind.label_value())
         && is_controlled_by(meta, &owner.uid)
 }

@@ -64,9 +64,7 @@ impl PackedJson {
         while let Some(&b) = bytes.get(at) {
             let rest = bytes.get(at..).unwrap_or_default();
             let phrase = if b == b'"' || b == b'{' || b == b',' {
-                PHRASES
-                    .iter()
-                    .position(|p| rest.starts_with(p.as_bytes()))
+                PHRASES.iter().position(|p| rest.starts_with(p.as_bytes()))
             } else {
                 None
             };
@@ -152,7 +150,11 @@ mod tests {
         let spec = r#"{"annotations":{"mutantops.neiam.org/desired-hash":"8d3b"},"spec":{"replicas":0,"selector":{"matchLabels":{"app":"m1","mutantops.neiam.org/kind":"mutation","mutantops.neiam.org/owner":"m1","mutantops.neiam.org/variant":"v0"}},"template":{"metadata":{"labels":{"app":"m1"}},"spec":{"containers":[{"name":"app","image":"x","env":[{"name":"A","value":"1"},{"name":"B","value":"é ✓"}],"resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],"restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","securityContext":{},"schedulerName":"default-scheduler"}},"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}},"revisionHistoryLimit":10,"progressDeadlineSeconds":600}}"#;
         let packed = PackedJson::pack(spec);
         assert_eq!(packed.unpack(), spec);
-        assert!(packed.packed_len() * 3 < spec.len(), "{}", packed.packed_len());
+        assert!(
+            packed.packed_len() * 3 < spec.len(),
+            "{}",
+            packed.packed_len()
+        );
         // a phrase edited by hand stays as written; control bytes come back too
         for text in [
             r#"{"terminationMessagePath":"/dev/termination-log2","name":"""#,

@@ -219,7 +219,10 @@ mod tests {
         assert_eq!(format!("{map:?}"), format!("{btree:?}"));
         // the last of a repeated key wins, as in a BTreeMap
         let repeated: StrMap = [("k", "1"), ("j", "0"), ("k", "2")].into_iter().collect();
-        assert_eq!(repeated.iter().collect::<Vec<_>>(), [("j", "0"), ("k", "2")]);
+        assert_eq!(
+            repeated.iter().collect::<Vec<_>>(),
+            [("j", "0"), ("k", "2")]
+        );
         let empty: StrMap = serde_json::from_value(json!(null)).unwrap_or_default();
         assert!(empty.is_empty() && empty == StrMap::default());
         assert_eq!(empty.iter().count(), 0);

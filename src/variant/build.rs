@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::access::literal_env_value;
 use super::placement::known_containers;
 use super::step::{Step, step_for};
 use super::validate::{deployment_name, unservable_name, validate_variant};
-use super::{Base, HASH_ANNOTATION, ObservedDeployment, Owner, is_controlled_by, variant_state};
+use super::{
+    Base, HASH_ANNOTATION, MetaView, ObservedDeployment, Owner, is_controlled_by, variant_state,
+};
 use crate::crd::{OwnerKind, StrMap, Variant, VariantState, VariantStatus};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
@@ -169,16 +170,11 @@ pub struct Foreign {
 
 /// Whether the Deployment of `meta` belongs to someone other than `owner` (its controller
 /// ownerReference has another uid, or there is none), and whose (R9). `None`: it is `owner`'s.
-pub fn foreign(meta: &ObjectMeta, owner: &Owner) -> Option<Foreign> {
+pub fn foreign(meta: &(impl MetaView + ?Sized), owner: &Owner) -> Option<Foreign> {
     if is_controlled_by(meta, &owner.uid) {
         return None;
     }
-    let controller = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true));
-    Some(match controller {
+    Some(match meta.controller() {
         None => Foreign {
             by: "has no controller".to_owned(),
             passing: false,
@@ -256,7 +252,7 @@ impl Planned {
     /// R9: turns an `Apply` into a `Conflict` when a Deployment of that name already exists
     /// (`existing` is its metadata) and is not controlled by `owner`. Anything else is returned
     /// unchanged.
-    pub fn check_existing(self, existing: Option<&ObjectMeta>, owner: &Owner) -> Planned {
+    pub fn check_existing(self, existing: Option<&dyn MetaView>, owner: &Owner) -> Planned {
         let Some(meta) = existing else { return self };
         let Planned::Apply { label, name, .. } = &self else {
             return self;

@@ -196,7 +196,10 @@ pub(crate) fn deployment_differences(
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
             .collect();
         if env != expected_env(&v.env.to_map()) {
-            problem(format!("env {env:?}, expected {:?}", expected_env(&v.env.to_map())));
+            problem(format!(
+                "env {env:?}, expected {:?}",
+                expected_env(&v.env.to_map())
+            ));
         }
     }
     // Everything else (annotations, the desired-state hash) as the operator builds it.

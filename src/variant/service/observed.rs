@@ -161,6 +161,12 @@ impl<'de> Deserialize<'de> for ObservedService {
     }
 }
 
+impl crate::variant::HasMeta for ObservedService {
+    fn meta_view(&self) -> &dyn crate::variant::MetaView {
+        &self.metadata
+    }
+}
+
 impl kube::Resource for ObservedService {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
