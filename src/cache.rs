@@ -21,7 +21,7 @@ use tokio::{sync::watch, time::Instant};
 use crate::{
     connect::Health,
     crd::{MutantDeployment, Mutation, OwnerKind, OwnerResource},
-    variant::{DeploymentWire, ObservedService},
+    variant::{CachedSecret, DeploymentWire, ObservedService},
 };
 
 /// What the API, the probes and the metrics read: the caches readiness depends on.
@@ -38,8 +38,8 @@ pub struct Caches {
     pub mutant_deployments: Store<MutantDeployment>,
     /// All Mutations.
     pub mutations: Store<Mutation>,
-    /// The Mutations' own Secrets.
-    pub secrets: Store<Secret>,
+    /// The Mutations' own Secrets, compact.
+    pub secrets: Store<CachedSecret>,
     /// The Deployments generated for MutantDeployments.
     pub md_deployments: DeploymentCache,
     /// The Deployments generated for Mutations.
@@ -227,9 +227,18 @@ fn secrets(
     client: &Client,
     namespace: Option<&str>,
     signal: &Arc<watch::Sender<CacheState>>,
-) -> (Store<Secret>, Feed<Secret>) {
+) -> (Store<CachedSecret>, Feed<Secret>) {
     let config = watcher::Config::default().labels(&generated_selector(OwnerKind::Mutation));
-    let (store, events) = reflected(client, namespace, config, Cache::Secrets, signal, |_| {});
+    let split = CachedSecret::split;
+    let (store, events) = reflected_as(
+        client,
+        namespace,
+        config,
+        Cache::Secrets,
+        signal,
+        split,
+        |_| {},
+    );
     (store, Box::pin(events.touched_objects()))
 }
 
@@ -273,7 +282,7 @@ pub(crate) struct Writers {
     signal: Arc<watch::Sender<CacheState>>,
     mutant_deployments: kube::runtime::reflector::store::Writer<MutantDeployment>,
     mutations: kube::runtime::reflector::store::Writer<Mutation>,
-    secrets: kube::runtime::reflector::store::Writer<Secret>,
+    secrets: kube::runtime::reflector::store::Writer<CachedSecret>,
 }
 
 #[cfg(test)]
@@ -306,8 +315,8 @@ mod state;
 
 pub use generated::{DeploymentCache, ServiceCache};
 use generated::{deployments, services};
-use reflect::reflected;
 pub use reflect::{Feed, generated_selector};
+use reflect::{reflected, reflected_as};
 #[cfg(test)]
 use state::signalling;
 pub use state::{Cache, CacheState};

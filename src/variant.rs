@@ -47,6 +47,7 @@ pub(crate) mod placement;
 mod pod_security;
 mod refusal;
 mod report;
+mod secret;
 mod service;
 mod status;
 mod step;
@@ -67,6 +68,7 @@ pub use pod_security::{
 };
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, Stale, held_statuses, owner_status, stale};
+pub use secret::CachedSecret;
 pub use service::{
     ObservedService, PortView, ServiceView, build_service, resolve_service, serves,
     service_needs_apply, service_ports, service_status, services_column, validate_service,
