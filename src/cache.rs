@@ -9,51 +9,20 @@
 //! waiting for the first list) are told of every change: each feed bumps a version and marks
 //! its first full list on one `watch` channel ([`Caches::until`]); nothing polls.
 
-use std::{pin::Pin, sync::Arc};
+use std::sync::Arc;
 
-use futures::{Stream, TryStreamExt};
-use k8s_openapi::{NamespaceResourceScope, api::core::v1::Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Api, Client, Resource,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    Client,
+    runtime::{WatchStreamExt, reflector::Store, watcher},
 };
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
     connect::Health,
     crd::{MutantDeployment, Mutation, OwnerKind, OwnerResource},
-    variant::{KIND_LABEL, ObservedDeployment, ObservedService},
+    variant::{CachedSecret, DeploymentWire, ObservedService},
 };
-
-/// A stream of objects from one watch, boxed so the controllers can take any of them.
-pub type Feed<K> = Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
-
-/// One cache of the operator: a bit in [`CacheState::listed`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cache {
-    /// The owners of a kind.
-    Owners(OwnerKind),
-    /// The Deployments generated for owners of a kind.
-    Deployments(OwnerKind),
-    /// The Mutations' Secrets.
-    Secrets,
-    /// The variants' Services generated for owners of a kind (R36).
-    Services(OwnerKind),
-}
-
-impl Cache {
-    fn bit(self) -> u8 {
-        match self {
-            Cache::Owners(OwnerKind::MutantDeployment) => 1,
-            Cache::Owners(OwnerKind::Mutation) => 1 << 1,
-            Cache::Deployments(OwnerKind::MutantDeployment) => 1 << 2,
-            Cache::Deployments(OwnerKind::Mutation) => 1 << 3,
-            Cache::Secrets => 1 << 4,
-            Cache::Services(OwnerKind::MutantDeployment) => 1 << 5,
-            Cache::Services(OwnerKind::Mutation) => 1 << 6,
-        }
-    }
-}
 
 /// What the API, the probes and the metrics read: the caches readiness depends on.
 const SERVED: [Cache; 3] = [
@@ -62,22 +31,6 @@ const SERVED: [Cache; 3] = [
     Cache::Secrets,
 ];
 
-/// The caches' progress, sent on every change.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheState {
-    /// Bumped by every change applied to any cache.
-    pub version: u64,
-    /// One bit per [`Cache`] that has had its first full list.
-    listed: u8,
-}
-
-impl CacheState {
-    /// Whether `cache` has had its first full list.
-    pub fn listed(&self, cache: Cache) -> bool {
-        self.listed & cache.bit() != 0
-    }
-}
-
 /// The caches, cheap to clone: every clone reads the same stores.
 #[derive(Clone)]
 pub struct Caches {
@@ -85,8 +38,8 @@ pub struct Caches {
     pub mutant_deployments: Store<MutantDeployment>,
     /// All Mutations.
     pub mutations: Store<Mutation>,
-    /// The Mutations' own Secrets.
-    pub secrets: Store<Secret>,
+    /// The Mutations' own Secrets, compact.
+    pub secrets: Store<CachedSecret>,
     /// The Deployments generated for MutantDeployments.
     pub md_deployments: DeploymentCache,
     /// The Deployments generated for Mutations.
@@ -195,8 +148,9 @@ pub struct OwnerFeeds<K: OwnerResource> {
     pub cache: Store<K>,
     /// The owners: every object applied (added or changed).
     pub owners: Feed<K>,
-    /// The generated Deployments: every object touched (changed or deleted).
-    pub deployments: Feed<ObservedDeployment>,
+    /// The generated Deployments: every object touched (changed or deleted), as decoded
+    /// (the cache keeps their compact form).
+    pub deployments: Feed<DeploymentWire>,
     /// The generated Services: every object touched (changed or deleted).
     pub services: Feed<ObservedService>,
     /// The Mutations' Secrets (touched); `None` for MutantDeployments.
@@ -211,11 +165,6 @@ pub struct Feeds {
     pub mutations: OwnerFeeds<Mutation>,
 }
 
-/// The label selector of everything generated for owners of `kind`.
-pub fn generated_selector(kind: OwnerKind) -> String {
-    format!("{KIND_LABEL}={}", kind.label_value())
-}
-
 /// Builds the caches over `namespace` (or every namespace), and the feeds that fill them once
 /// they are polled; `freshness` says when they are too old to answer from.
 pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> (Caches, Feeds) {
@@ -224,13 +173,11 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
     let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, &signal);
     let (mutations, mutation_owners) = owners::<Mutation>(client, namespace, &signal);
     let md = OwnerKind::MutantDeployment;
-    let (md_deployments, md_feed) = generated(client, namespace, md, Cache::Deployments, &signal);
-    let (md_services, md_service_feed) = generated(client, namespace, md, Cache::Services, &signal);
+    let (md_deployments, md_feed) = deployments(client, namespace, md, &signal);
+    let (md_services, md_service_feed) = services(client, namespace, md, &signal);
     let m = OwnerKind::Mutation;
-    let (mutation_deployments, mutation_feed) =
-        generated(client, namespace, m, Cache::Deployments, &signal);
-    let (mutation_services, mutation_service_feed) =
-        generated(client, namespace, m, Cache::Services, &signal);
+    let (mutation_deployments, mutation_feed) = deployments(client, namespace, m, &signal);
+    let (mutation_services, mutation_service_feed) = services(client, namespace, m, &signal);
     let (secrets, secret_feed) = secrets(client, namespace, &signal);
     let caches = Caches {
         mutant_deployments,
@@ -262,54 +209,6 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
     (caches, feeds)
 }
 
-/// What a cache can hold: any namespaced Kubernetes type.
-pub trait Cached:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Cached for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
-
-/// A watch of `K` (filtered by `config`) that fills a new store, hands each event to `also`
-/// (after the store, before anyone is told) and signals each change of `cache`: the store and
-/// the watch's events.
-fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
-    client: &Client,
-    namespace: Option<&str>,
-    config: watcher::Config,
-    cache: Cache,
-    signal: &Arc<watch::Sender<CacheState>>,
-    also: F,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K, F>,
-) {
-    let api: Api<K> = scoped(client, namespace);
-    let (store, writer) = reflector::store();
-    let events = watcher(api, config)
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .inspect_ok(also)
-        .inspect_ok(signalling(signal, cache));
-    (store, events)
-}
-
 /// The cache of every owner of kind `K`; its feed yields the owners added or changed.
 fn owners<K: OwnerResource>(
     client: &Client,
@@ -328,50 +227,19 @@ fn secrets(
     client: &Client,
     namespace: Option<&str>,
     signal: &Arc<watch::Sender<CacheState>>,
-) -> (Store<Secret>, Feed<Secret>) {
+) -> (Store<CachedSecret>, Feed<Secret>) {
     let config = watcher::Config::default().labels(&generated_selector(OwnerKind::Mutation));
-    let (store, events) = reflected(client, namespace, config, Cache::Secrets, signal, |_| {});
+    let split = CachedSecret::split;
+    let (store, events) = reflected_as(
+        client,
+        namespace,
+        config,
+        Cache::Secrets,
+        signal,
+        split,
+        |_| {},
+    );
     (store, Box::pin(events.touched_objects()))
-}
-
-/// Tells every waiter of a change to `cache`, once the store has applied it.
-fn signalling<K>(
-    signal: &Arc<watch::Sender<CacheState>>,
-    cache: Cache,
-) -> impl FnMut(&watcher::Event<K>) + use<K> {
-    let signal = Arc::clone(signal);
-    move |event| {
-        let listed = matches!(event, watcher::Event::InitDone);
-        if listed || matches!(event, watcher::Event::Apply(_) | watcher::Event::Delete(_)) {
-            signal.send_modify(|state| {
-                state.version = state.version.wrapping_add(1);
-                if listed {
-                    state.listed |= cache.bit();
-                }
-            });
-        }
-    }
-}
-
-/// Drops what the operator never reads from cached objects: `managedFields` and kubectl's
-/// last-applied annotation (a full copy of the object).
-fn slim<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-}
-
-/// An `Api` over one namespace, or over all of them.
-pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// Caches with nothing behind them, and the writers that fill them, for tests of what reads
@@ -385,9 +253,9 @@ pub(crate) fn for_tests() -> (Caches, Writers) {
 #[cfg(test)]
 pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
     let (signal, changes) = watch::channel(CacheState::default());
-    let (mutant_deployments, md) = reflector::store();
-    let (mutations, m) = reflector::store();
-    let (secrets, s) = reflector::store();
+    let (mutant_deployments, md) = kube::runtime::reflector::store();
+    let (mutations, m) = kube::runtime::reflector::store();
+    let (secrets, s) = kube::runtime::reflector::store();
     let caches = Caches {
         mutant_deployments,
         mutations,
@@ -412,9 +280,9 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
 #[cfg(test)]
 pub(crate) struct Writers {
     signal: Arc<watch::Sender<CacheState>>,
-    mutant_deployments: reflector::store::Writer<MutantDeployment>,
-    mutations: reflector::store::Writer<Mutation>,
-    secrets: reflector::store::Writer<Secret>,
+    mutant_deployments: kube::runtime::reflector::store::Writer<MutantDeployment>,
+    mutations: kube::runtime::reflector::store::Writer<Mutation>,
+    secrets: kube::runtime::reflector::store::Writer<CachedSecret>,
 }
 
 #[cfg(test)]
@@ -442,9 +310,16 @@ impl Writers {
 
 mod generated;
 mod index;
+mod reflect;
+mod state;
 
-use generated::generated;
 pub use generated::{DeploymentCache, ServiceCache};
+use generated::{deployments, services};
+pub use reflect::{Feed, generated_selector};
+use reflect::{reflected, reflected_as};
+#[cfg(test)]
+use state::signalling;
+pub use state::{Cache, CacheState};
 
 #[cfg(test)]
 mod tests;

@@ -15,15 +15,18 @@ mod embedded;
 pub(crate) mod fixtures;
 pub mod limits;
 mod owner;
+mod packed;
 mod placement;
 mod print;
 mod service;
 mod spec;
+mod strmap;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
 pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};
+pub use packed::PackedJson;
 pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use print::{crd_files, crds_yaml, print_crds};
 pub use service::{
@@ -34,3 +37,4 @@ pub use spec::{
     Condition, MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerStatus,
     Variant, VariantState, VariantStatus,
 };
+pub use strmap::StrMap;

@@ -7,7 +7,7 @@ use kube::{Client, Resource};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
-use crate::variant::{self, FIELD_MANAGER, ObservedDeployment, Refusal};
+use crate::variant::{self, DeploymentWire, FIELD_MANAGER, Refusal};
 
 pub mod pod_security;
 
@@ -19,7 +19,7 @@ pub async fn post<T: DeserializeOwned>(
     object: &Value,
     dry_run: bool,
 ) -> Result<T, kube::Error> {
-    post_to::<ObservedDeployment, T>(client, namespace, object, dry_run).await
+    post_to::<DeploymentWire, T>(client, namespace, object, dry_run).await
 }
 
 /// [`post`] to the namespace's objects of type `K`: the controller creates the variants'

@@ -37,6 +37,7 @@ pub mod access;
 mod baseline;
 mod build;
 pub mod converge;
+mod meta;
 mod names;
 mod observed;
 mod owner;
@@ -44,6 +45,7 @@ pub(crate) mod placement;
 mod pod_security;
 mod refusal;
 mod report;
+mod secret;
 mod service;
 mod status;
 mod step;
@@ -57,11 +59,12 @@ pub use baseline::{
     baseline_findings, own_account_finding,
 };
 pub use build::{Foreign, Planned, build, foreign, needs_apply, plan, resolve};
+pub use meta::{ControllerRef, HasMeta, Meta, MetaView, OwnerRef};
 pub use names::{
     MAX_OWNER_NAME, TOKEN_KEY, deployment_name, secret_name, unservable_name, validate_env_name,
     validate_label, validate_mutation_name, validate_name,
 };
-pub use observed::{CreatedEntry, ObservedDeployment, RolloutCounts};
+pub use observed::{CreatedEntry, DeploymentWire, ObservedDeployment, RolloutCounts};
 pub use owner::{
     FIELD_MANAGER, HASH_ANNOTATION, KIND_LABEL, MAX_DEPLOYMENT_NAME, OWNER_LABEL, Owner,
     READY_CONDITION, VARIANT_LABEL, controller_uid, is_controlled_by, may_prune,
@@ -71,6 +74,7 @@ pub use pod_security::{
 };
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, Stale, held_statuses, owner_status, stale};
+pub use secret::CachedSecret;
 pub use service::{
     ObservedService, PortView, ServiceView, build_service, resolve_service, serves,
     service_needs_apply, service_ports, service_status, services_column, validate_service,

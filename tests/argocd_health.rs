@@ -225,7 +225,9 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
         .flatten()
         .map(|v| Variant {
             label: v.label.clone(),
-            env: [("FEATURE".to_owned(), v.label.clone())].into(),
+            env: [("FEATURE".to_owned(), v.label.clone())]
+                .into_iter()
+                .collect(),
             instances: v.replicas,
             ..Variant::default()
         })

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq as _;
 use crate::{
     cache::Caches,
     config::Secret as Token,
-    variant::{TOKEN_KEY, is_controlled_by, secret_name},
+    variant::{is_controlled_by, secret_name},
 };
 
 /// The one body of every 401, whatever the reason, so a Mutation's token cannot probe for
@@ -112,8 +112,8 @@ impl Auth {
         if !is_controlled_by(&secret.metadata, uid) {
             return None;
         }
-        let expected = secret.data.as_ref()?.get(TOKEN_KEY)?;
-        constant_time_eq(&expected.0, token.as_bytes()).then(|| Caller::Mutation {
+        let expected = secret.token.as_deref()?;
+        constant_time_eq(expected, token.as_bytes()).then(|| Caller::Mutation {
             namespace: namespace.to_string(),
             name: name.to_string(),
         })

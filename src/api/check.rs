@@ -2,14 +2,13 @@
 //! (R24, R33, R35): what Pod Security lets the namespace run, and a dry run of each variant's
 //! Deployment.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, runtime::reflector::ObjectRef};
 
 use super::{error::ApiError, state::ApiState};
 use crate::{
     crd::{OwnerKind, Variant},
     submit::{DryRun, dry_run, pod_security},
-    variant::{Base, ObservedDeployment, Owner, deployment_name, foreign},
+    variant::{Base, DeploymentWire, MetaView, Owner, deployment_name, foreign},
 };
 
 /// Asks the API server, without writing anything, whether it would accept the Deployment of
@@ -45,7 +44,7 @@ pub async fn check_with_server(
     }
     for (variant, object) in variants.iter().zip(&built) {
         let name = deployment_name(base.name(), &variant.label);
-        let taken = |meta: &ObjectMeta| {
+        let taken = |meta: &dyn MetaView| {
             foreign(meta, owner).filter(|f| !f.passing).map(|f| {
                 ApiError::conflict(format!(
                     "variant {:?}: Deployment {name:?} already exists and {}; it is not \
@@ -77,7 +76,7 @@ pub async fn check_with_server(
                 });
             }
             DryRun::Taken => {
-                let api: Api<ObservedDeployment> =
+                let api: Api<DeploymentWire> =
                     Api::namespaced(state.client.clone(), &owner.namespace);
                 if let Ok(Some(existing)) = api.get_metadata_opt(&name).await
                     && let Some(conflict) = taken(&existing.metadata)

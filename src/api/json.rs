@@ -160,7 +160,7 @@ impl From<VariantRequest> for Variant {
     fn from(r: VariantRequest) -> Self {
         Variant {
             label: r.label,
-            env: r.env,
+            env: r.env.into(),
             instances: r.instances,
             node_selector: r.node_selector,
             tolerations: r.tolerations.into_iter().map(Toleration::from).collect(),
@@ -244,7 +244,7 @@ pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView> {
     let v = m.spec.variants.get(index)?;
     Some(VariantView {
         label: v.label.clone(),
-        env: v.env.clone(),
+        env: v.env.to_map(),
         instances: v.instances,
         node_selector: v.node_selector.clone(),
         tolerations: v.tolerations.clone(),

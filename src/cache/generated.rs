@@ -6,31 +6,35 @@ use std::sync::Arc;
 
 use kube::{
     Client,
-    runtime::{WatchStreamExt, reflector::ObjectRef, reflector::Store, watcher},
+    runtime::{WatchStreamExt, reflector::Lookup, reflector::ObjectRef, reflector::Store, watcher},
 };
 use tokio::sync::watch;
 
-use super::{Cache, CacheState, Cached, Feed, generated_selector, index::OwnerIndex, reflected};
+use super::{
+    index::OwnerIndex,
+    reflect::{Cached, Feed, generated_selector, reflected_as},
+    state::{Cache, CacheState},
+};
 use crate::{
     crd::OwnerKind,
-    variant::{ObservedDeployment, ObservedService},
+    variant::{DeploymentWire, HasMeta, ObservedDeployment, ObservedService},
 };
 
 /// The objects of one type generated for one owner kind: the store, and which are whose.
 #[derive(Clone)]
-pub struct Generated<K: Cached> {
+pub struct Generated<K: Lookup<DynamicType = ()> + Clone + 'static> {
     /// Every object carrying the kind's label.
     pub store: Store<K>,
     index: OwnerIndex,
 }
 
-/// The Deployments generated for one owner kind.
+/// The Deployments generated for one owner kind, kept compact ([`ObservedDeployment`]).
 pub type DeploymentCache = Generated<ObservedDeployment>;
 
 /// The Services generated for one owner kind's variants (R36).
 pub type ServiceCache = Generated<ObservedService>;
 
-impl<K: Cached> Generated<K> {
+impl<K: Lookup<DynamicType = ()> + Clone + 'static> Generated<K> {
     /// The cached objects in `namespace` that carry owner label `owner` (not yet checked for
     /// the owner's uid: see `variant::may_prune`), without scanning the others.
     pub fn of_owner(&self, namespace: &str, owner: &str) -> Vec<Arc<K>> {
@@ -51,25 +55,63 @@ impl<K: Cached> Generated<K> {
     }
 }
 
-/// The objects of type `K` generated for owners of `kind` (those carrying its kind label),
-/// cached as `cache(kind)` and indexed by owner; the feed yields those changed or deleted.
-pub(super) fn generated<K: Cached>(
+/// The Deployments generated for owners of `kind`, cached as `Cache::Deployments(kind)`; the
+/// feed yields those changed or deleted.
+pub(super) fn deployments(
     client: &Client,
     namespace: Option<&str>,
     kind: OwnerKind,
-    cache: fn(OwnerKind) -> Cache,
     signal: &Arc<watch::Sender<CacheState>>,
-) -> (Generated<K>, Feed<K>) {
+) -> (DeploymentCache, Feed<DeploymentWire>) {
+    let cache = Cache::Deployments(kind);
+    generated(
+        client,
+        namespace,
+        kind,
+        cache,
+        signal,
+        DeploymentWire::split,
+    )
+}
+
+/// The Services generated for the variants of owners of `kind`, cached as
+/// `Cache::Services(kind)`; the feed yields those changed or deleted.
+pub(super) fn services(
+    client: &Client,
+    namespace: Option<&str>,
+    kind: OwnerKind,
+    signal: &Arc<watch::Sender<CacheState>>,
+) -> (ServiceCache, Feed<ObservedService>) {
+    let cache = Cache::Services(kind);
+    generated(client, namespace, kind, cache, signal, |s| (s.clone(), s))
+}
+
+/// The objects of type `W` generated for owners of `kind` (those carrying its kind label),
+/// kept as `split` makes them, cached as `cache` and indexed by owner; the feed yields those
+/// changed or deleted.
+fn generated<W, S>(
+    client: &Client,
+    namespace: Option<&str>,
+    kind: OwnerKind,
+    cache: Cache,
+    signal: &Arc<watch::Sender<CacheState>>,
+    split: fn(W) -> (S, W),
+) -> (Generated<S>, Feed<W>)
+where
+    W: Cached,
+    S: Lookup<DynamicType = ()> + HasMeta + Clone + Send + Sync + 'static,
+{
     let config = watcher::Config::default().labels(&generated_selector(kind));
     let index = OwnerIndex::default();
     let indexing = index.clone();
-    let (store, events) = reflected(
+    let (store, events) = reflected_as(
         client,
         namespace,
         config,
-        cache(kind),
+        cache,
         signal,
-        move |event| indexing.apply(event),
+        split,
+        move |event: &watcher::Event<S>| indexing.apply(event),
     );
     (
         Generated { store, index },

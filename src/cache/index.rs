@@ -11,9 +11,9 @@ use std::{
     sync::{Arc, PoisonError, RwLock},
 };
 
-use kube::{Resource, runtime::watcher};
+use kube::runtime::watcher;
 
-use crate::variant::OWNER_LABEL;
+use crate::variant::{HasMeta, OWNER_LABEL};
 
 /// A namespace and a name.
 type Key = (String, String);
@@ -27,20 +27,19 @@ struct Map {
 }
 
 impl Map {
-    fn insert<K: Resource>(&mut self, d: &K) {
-        let meta = d.meta();
-        let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
+    fn insert<K: HasMeta>(&mut self, d: &K) {
+        let meta = d.meta_view();
+        let (Some(namespace), Some(name)) = (meta.namespace(), meta.name()) else {
             return;
         };
         self.remove(namespace, name);
-        let owner = meta.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
-        if let Some(owner) = owner {
+        if let Some(owner) = meta.label(OWNER_LABEL) {
             self.by_owner
-                .entry((namespace.clone(), owner.clone()))
+                .entry((namespace.to_owned(), owner.to_owned()))
                 .or_default()
-                .insert(name.clone());
+                .insert(name.to_owned());
             self.owner_of
-                .insert((namespace.clone(), name.clone()), owner.clone());
+                .insert((namespace.to_owned(), name.to_owned()), owner.to_owned());
         }
     }
 
@@ -74,7 +73,7 @@ pub struct OwnerIndex(Arc<RwLock<Inner>>);
 
 impl OwnerIndex {
     /// Applies one watch event, after the store has.
-    pub fn apply<K: Resource>(&self, event: &watcher::Event<K>) {
+    pub fn apply<K: HasMeta>(&self, event: &watcher::Event<K>) {
         let mut inner = self.0.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Init => inner.pending = Some(Map::default()),
@@ -84,8 +83,8 @@ impl OwnerIndex {
             watcher::Event::InitDone => inner.live = inner.pending.take().unwrap_or_default(),
             watcher::Event::Apply(d) => inner.live.insert(d),
             watcher::Event::Delete(d) => {
-                let meta = d.meta();
-                if let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) {
+                let meta = d.meta_view();
+                if let (Some(namespace), Some(name)) = (meta.namespace(), meta.name()) {
                     inner.live.remove(namespace, name);
                 }
             }

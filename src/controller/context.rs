@@ -3,12 +3,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::{Client, runtime::reflector::Store};
 use tokio::sync::watch;
 
 use super::{announce, events};
-use crate::{cache::Caches, metrics::Metrics, variant::ServiceAccountRef};
+use crate::{
+    cache::Caches,
+    metrics::Metrics,
+    variant::{CachedSecret, ServiceAccountRef},
+};
 
 /// How long a failed reconcile waits before it is retried.
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
@@ -27,7 +30,7 @@ pub struct Context {
     /// wait for their first list.
     pub caches: Caches,
     /// The Mutations' Secrets (label-selected); `None` for MutantDeployments.
-    pub secrets: Option<Store<Secret>>,
+    pub secrets: Option<Store<CachedSecret>>,
     /// Publishes Events on owners.
     pub events: events::Events,
     /// Problems announced recently, so each is announced once.

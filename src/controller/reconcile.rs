@@ -41,7 +41,8 @@ use crate::{
     crd::{OwnerKind, OwnerResource, OwnerStatus, VariantStatus},
     submit,
     variant::{
-        self, Base, FIELD_MANAGER, Findings, ObservedDeployment, Owner, Planned,
+        self, Base, DeploymentWire, FIELD_MANAGER, Findings, MetaView, ObservedDeployment, Owner,
+        Planned,
         converge::{self, Done, Next, Outcome},
     },
 };
@@ -196,7 +197,7 @@ async fn converge<K: OwnerResource>(
     planned: Vec<Planned>,
     observed: &[Arc<ObservedDeployment>],
 ) -> Result<Converged> {
-    let api: Api<ObservedDeployment> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let api: Api<DeploymentWire> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let mut statuses = Vec::with_capacity(planned.len());
     let mut created = Vec::new();
     let mut declared = BTreeSet::new();
@@ -207,7 +208,7 @@ async fn converge<K: OwnerResource>(
         // What observe found of this name; anything else of that name is looked up (R9).
         let cached = observed
             .iter()
-            .find(|d| d.metadata.name.as_deref() == Some(planned.name()))
+            .find(|d| d.metadata.name() == Some(planned.name()))
             .cloned();
         match write_variant(ctx, &api, owner, base, planned, cached).await? {
             Written::Reported {
@@ -250,7 +251,7 @@ enum Written {
 /// asks for, and what that came to, fed back; the decisions are all in `variant::converge`.
 async fn write_variant(
     ctx: &Context,
-    api: &Api<ObservedDeployment>,
+    api: &Api<DeploymentWire>,
     owner: &Owner,
     base: &Base,
     mut planned: Planned,
@@ -278,8 +279,9 @@ async fn write_variant(
                 }
             }
             (Next::LookUp, _) => {
-                current = api.get_opt(planned.name()).await?.map(Arc::new);
-                planned = planned.check_existing(current.as_ref().map(|d| &d.metadata), owner);
+                current = (api.get_opt(planned.name()).await?).map(|d| Arc::new(d.into_observed()));
+                let meta = current.as_ref().map(|d| &d.metadata as &dyn MetaView);
+                planned = planned.check_existing(meta, owner);
                 Outcome::LookedUp
             }
             (Next::Apply, Planned::Apply { name, object, .. }) => {
@@ -358,7 +360,7 @@ async fn prune<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
-    api: &Api<ObservedDeployment>,
+    api: &Api<DeploymentWire>,
     stale: Vec<variant::Stale>,
 ) -> Result<()> {
     for stale in stale {

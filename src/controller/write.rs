@@ -3,7 +3,6 @@
 //! not worth retrying) from a failure of the server or the network, by the answer's code and
 //! details, never by its text ([`variant::classify`]).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Resource,
     api::{Patch, PatchParams},
@@ -13,7 +12,7 @@ use serde_json::Value;
 use super::context::Context;
 use crate::{
     Error, submit,
-    variant::{self, FIELD_MANAGER, ObservedDeployment, Refusal},
+    variant::{self, DeploymentWire, FIELD_MANAGER, MetaView, ObservedDeployment, Refusal},
 };
 
 /// Why a write of a variant's Deployment failed.
@@ -76,7 +75,7 @@ pub(super) async fn rejection(
 /// admission policy on updates) refuses the variant, as it would refuse the apply (R35).
 pub(super) async fn apply(
     ctx: &Context,
-    api: &Api<ObservedDeployment>,
+    api: &Api<DeploymentWire>,
     name: &str,
     object: &Value,
     current: Option<&ObservedDeployment>,
@@ -84,12 +83,8 @@ pub(super) async fn apply(
     if let Some(current) = current
         && let Some(entry) = current.created_entry
     {
-        let resource_version = current
-            .metadata
-            .resource_version
-            .as_deref()
-            .unwrap_or_default();
-        hand_over::<ObservedDeployment>(
+        let resource_version = current.metadata.resource_version().unwrap_or_default();
+        hand_over::<DeploymentWire>(
             ctx,
             &current.metadata,
             entry.handover_patch(resource_version),
@@ -103,20 +98,21 @@ pub(super) async fn apply(
         })?;
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    Ok(api.patch(name, &params, &Patch::Apply(object)).await?)
+    let applied = api.patch(name, &params, &Patch::Apply(object)).await?;
+    Ok(DeploymentWire::into_observed(applied))
 }
 
 /// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`] to the object
 /// of type `K` (a Deployment, a Service) that `meta` names.
 pub(super) async fn hand_over<K: Resource<DynamicType = ()>>(
     ctx: &Context,
-    meta: &ObjectMeta,
+    meta: &dyn MetaView,
     patch: Value,
 ) -> Result<(), kube::Error> {
     let url = format!(
         "{}/{}?fieldManager={FIELD_MANAGER}",
-        K::url_path(&(), meta.namespace.as_deref()),
-        meta.name.as_deref().unwrap_or_default(),
+        K::url_path(&(), meta.namespace()),
+        meta.name().unwrap_or_default(),
     );
     let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
     let request = hyper::Request::patch(url)

@@ -12,6 +12,7 @@ use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
 use super::placement::{ContainerOverride, Toleration};
 use super::service::{ServiceSpec, VariantService};
+use super::strmap::StrMap;
 use super::{limits, placement};
 
 /// A variant of the base Deployment: its own label, extra environment and replica count, and
@@ -30,7 +31,7 @@ pub struct Variant {
     /// of at most 32768.
     #[serde(default)]
     #[schemars(schema_with = "limits::env_schema")]
-    pub env: BTreeMap<String, String>,
+    pub env: StrMap,
 
     /// Replica count of the variant's Deployment. Defaults to 1; 0 keeps the Deployment with
     /// no pods. At most 1000.
@@ -69,7 +70,7 @@ impl Default for Variant {
     fn default() -> Self {
         Variant {
             label: String::new(),
-            env: BTreeMap::new(),
+            env: StrMap::default(),
             instances: default_instances(),
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),

@@ -184,7 +184,7 @@ pub fn device_may_add(
             ));
         }
         match allowed {
-            Some(names) if !names.contains(name) => {
+            Some(names) if !names.iter().any(|n| n == name) => {
                 return Err(format!(
                     "env {name:?}: not in spec.deviceAccess.env, the names a Mutation's token \
                      may set"

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::access::literal_env_value;
+use super::meta::MetaView;
 use super::names::{deployment_name, unservable_name};
 use super::observed::ObservedDeployment;
 use super::owner::{HASH_ANNOTATION, Owner, is_controlled_by, may_prune};
@@ -15,7 +15,7 @@ use super::placement::known_containers;
 use super::status::variant_state;
 use super::step::{Step, step_for};
 use super::validate::{Base, validate_variant};
-use crate::crd::{OwnerKind, Variant, VariantState, VariantStatus};
+use crate::crd::{OwnerKind, StrMap, Variant, VariantState, VariantStatus};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
 /// them, and applying them would fight those writers.
@@ -123,7 +123,7 @@ fn add_labels(map: &mut Map<String, Value>, labels: &[(&str, &str)]) {
 
 /// Extends one container's `env` with the variant's (R4); `literal`: with each value escaped
 /// so that the kubelet passes it on as written.
-fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>, literal: bool) {
+fn merge_env(container: &mut Map<String, Value>, env: &StrMap, literal: bool) {
     if env.is_empty() {
         return;
     }
@@ -136,12 +136,12 @@ fn merge_env(container: &mut Map<String, Value>, env: &BTreeMap<String, String>,
         let value = if literal {
             literal_env_value(value)
         } else {
-            value.clone()
+            value.to_owned()
         };
         let entry = json!({ "name": name, "value": value });
         let mut replaced = false;
         for item in items.iter_mut() {
-            if item.get("name").and_then(Value::as_str) == Some(name.as_str()) {
+            if item.get("name").and_then(Value::as_str) == Some(name) {
                 *item = entry.clone();
                 replaced = true;
             }
@@ -172,16 +172,11 @@ pub struct Foreign {
 
 /// Whether the Deployment of `meta` belongs to someone other than `owner` (its controller
 /// ownerReference has another uid, or there is none), and whose (R9). `None`: it is `owner`'s.
-pub fn foreign(meta: &ObjectMeta, owner: &Owner) -> Option<Foreign> {
+pub fn foreign(meta: &(impl MetaView + ?Sized), owner: &Owner) -> Option<Foreign> {
     if is_controlled_by(meta, &owner.uid) {
         return None;
     }
-    let controller = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true));
-    Some(match controller {
+    Some(match meta.controller() {
         None => Foreign {
             by: "has no controller".to_owned(),
             passing: false,
@@ -259,7 +254,7 @@ impl Planned {
     /// R9: turns an `Apply` into a `Conflict` when a Deployment of that name already exists
     /// (`existing` is its metadata) and is not controlled by `owner`. Anything else is returned
     /// unchanged.
-    pub fn check_existing(self, existing: Option<&ObjectMeta>, owner: &Owner) -> Planned {
+    pub fn check_existing(self, existing: Option<&dyn MetaView>, owner: &Owner) -> Planned {
         let Some(meta) = existing else { return self };
         let Planned::Apply { label, name, .. } = &self else {
             return self;

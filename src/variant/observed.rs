@@ -7,22 +7,28 @@
 //! when a reconcile asks whether it must apply again (R5, R12), the annotations and the spec.
 //! Those two are kept as one compact JSON text and parsed on that question only, so one
 //! cached Deployment costs a small fraction of the typed struct, with nothing lost that the
-//! comparison needs: a hand edit anywhere in the spec is still seen and put back.
+//! comparison needs: a hand edit anywhere in the spec is still seen and put back. The
+//! metadata is the compact [`Meta`]; the caches' store reads it through kube's `Lookup`,
+//! without the uid and resourceVersion in its key. [`DeploymentWire`] is the same Deployment
+//! as kube's API and watches decode it (a `kube::Resource`): the object, and the few fields
+//! of `ObjectMeta` that kube itself reads (name, namespace, ownerReferences).
 
 use std::{borrow::Cow, collections::BTreeMap};
 
 use k8s_openapi::{
     NamespaceResourceScope,
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
+use kube::runtime::reflector::Lookup;
 use serde::{
     Deserialize, Deserializer,
     de::{IgnoredAny, SeqAccess, Visitor},
 };
 use serde_json::{Value, json};
 
+use super::meta::{HasMeta, Meta, MetaView};
 use super::owner::FIELD_MANAGER;
-use crate::crd::compact::CompactText;
+use crate::crd::{PackedJson, StrMap, compact::CompactText};
 
 /// kubectl's copy of the whole object it last applied: never compared, never kept.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -82,8 +88,8 @@ impl CreatedEntry {
 /// A Deployment as the operator caches it. Decoded from the API server's JSON (watch events,
 /// GET and apply responses) like any `apps/v1` Deployment, through [`kube::Resource`]:
 ///
-/// - `metadata`: name, namespace, uid, resourceVersion, generation, the timestamps, labels
-///   and ownerReferences (annotations are in the compared text, kubectl's last-applied copy
+/// - `metadata`: name, namespace, uid, resourceVersion, generation, labels and
+///   ownerReferences, compact (annotations are in the compared text, kubectl's last-applied copy
 ///   is dropped, of `managedFields` only the operator's own `Update` entry is noted, the rest
 ///   is skipped unread);
 /// - `spec.replicas` and the status counters, typed;
@@ -91,7 +97,7 @@ impl CreatedEntry {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ObservedDeployment {
     /// The object's metadata, without `managedFields` and annotations.
-    pub metadata: ObjectMeta,
+    pub metadata: Meta,
     /// `spec.replicas`, when set.
     pub replicas: Option<i32>,
     /// The status counters, when the Deployment controller has written a status.
@@ -99,22 +105,20 @@ pub struct ObservedDeployment {
     /// The operator's `Update` entry in `managedFields`, when it created the Deployment with
     /// a POST and has not applied over it since.
     pub created_entry: Option<CreatedEntry>,
-    /// `{"annotations": {...}, "spec": {...}}` as compact JSON text.
-    compared: Box<str>,
+    /// `{"annotations": {...}, "spec": {...}}` as compact JSON text, packed.
+    compared: PackedJson,
 }
 
 impl ObservedDeployment {
     /// The Deployment as a JSON object of `apiVersion`, `kind`, `metadata` (annotations
     /// included) and `spec`: what [`super::needs_apply`] compares with the desired object.
     pub fn comparable(&self) -> Value {
-        let mut rest: Value = serde_json::from_str(&self.compared).unwrap_or(Value::Null);
-        let mut metadata = serde_json::to_value(&self.metadata).unwrap_or(Value::Null);
-        if let (Some(meta), Some(annotations)) = (
-            metadata.as_object_mut(),
-            rest.get_mut("annotations").map(Value::take),
-        ) && !annotations.is_null()
+        let mut rest: Value = serde_json::from_str(&self.compared.unpack()).unwrap_or(Value::Null);
+        let mut metadata = self.metadata.to_json();
+        if let Some(annotations) = rest.get_mut("annotations").map(Value::take)
+            && !annotations.is_null()
         {
-            meta.insert("annotations".into(), annotations);
+            metadata.insert("annotations".into(), annotations);
         }
         json!({
             "apiVersion": "apps/v1",
@@ -160,11 +164,7 @@ struct WireMeta {
     #[serde(default)]
     generation: Option<i64>,
     #[serde(default)]
-    creation_timestamp: Option<Time>,
-    #[serde(default)]
-    deletion_timestamp: Option<Time>,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
+    labels: Option<StrMap>,
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -224,51 +224,133 @@ impl<'de> Deserialize<'de> for ManagedFields {
     }
 }
 
-impl<'de> Deserialize<'de> for ObservedDeployment {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let Wire {
-            metadata: wire,
-            spec,
-            status,
-        } = Wire::deserialize(deserializer)?;
-        let annotations = wire.annotations.map(|mut annotations| {
-            annotations.remove(LAST_APPLIED);
-            annotations
-        });
-        let metadata = ObjectMeta {
+/// Decodes a Deployment: the compact object, and what kube reads of its metadata.
+fn decode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DeploymentWire, D::Error> {
+    let Wire {
+        metadata: wire,
+        spec,
+        status,
+    } = Wire::deserialize(deserializer)?;
+    let annotations = wire.annotations.map(|mut annotations| {
+        annotations.remove(LAST_APPLIED);
+        annotations
+    });
+    let metadata = Meta {
+        name: wire.name.as_deref().map(Box::from),
+        namespace: wire.namespace.as_deref().map(Box::from),
+        uid: wire.uid.map(String::into_boxed_str),
+        resource_version: wire.resource_version.map(String::into_boxed_str),
+        generation: wire.generation,
+        labels: wire.labels,
+        owner_references: wire
+            .owner_references
+            .as_ref()
+            .map(|refs| refs.iter().map(Into::into).collect()),
+    };
+    let spec = spec.map_or_else(|| "null".to_string(), |CompactText(text)| text);
+    let replicas = serde_json::from_str::<Replicas>(&spec)
+        .ok()
+        .and_then(|r| r.replicas);
+    let annotations = serde_json::to_string(&annotations).unwrap_or_else(|_| "null".into());
+    let mut compared = String::with_capacity(spec.len() + annotations.len() + 26);
+    compared.push_str("{\"annotations\":");
+    compared.push_str(&annotations);
+    compared.push_str(",\"spec\":");
+    compared.push_str(&spec);
+    compared.push('}');
+    Ok(DeploymentWire {
+        metadata: ObjectMeta {
             name: wire.name,
             namespace: wire.namespace,
-            uid: wire.uid,
-            resource_version: wire.resource_version,
-            generation: wire.generation,
-            creation_timestamp: wire.creation_timestamp,
-            deletion_timestamp: wire.deletion_timestamp,
-            labels: wire.labels,
             owner_references: wire.owner_references,
             ..ObjectMeta::default()
-        };
-        let spec = spec.map_or_else(|| "null".to_string(), |CompactText(text)| text);
-        let replicas = serde_json::from_str::<Replicas>(&spec)
-            .ok()
-            .and_then(|r| r.replicas);
-        let annotations = serde_json::to_string(&annotations).unwrap_or_else(|_| "null".into());
-        let mut compared = String::with_capacity(spec.len() + annotations.len() + 26);
-        compared.push_str("{\"annotations\":");
-        compared.push_str(&annotations);
-        compared.push_str(",\"spec\":");
-        compared.push_str(&spec);
-        compared.push('}');
-        Ok(ObservedDeployment {
+        },
+        observed: ObservedDeployment {
             metadata,
             replicas,
             status,
             created_entry: wire.managed_fields.0,
-            compared: compared.into_boxed_str(),
-        })
+            compared: PackedJson::pack(&compared),
+        },
+    })
+}
+
+impl<'de> Deserialize<'de> for ObservedDeployment {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        decode(deserializer).map(DeploymentWire::into_observed)
     }
 }
 
-impl kube::Resource for ObservedDeployment {
+/// A Deployment as kube's API calls and watches decode it: the [`ObservedDeployment`], and the
+/// fields of `ObjectMeta` kube reads (name and namespace, ownerReferences to find the owner
+/// to reconcile). What the caches store and the controllers read is the `ObservedDeployment`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeploymentWire {
+    /// Name, namespace and ownerReferences.
+    pub metadata: ObjectMeta,
+    /// The Deployment.
+    pub observed: ObservedDeployment,
+}
+
+impl DeploymentWire {
+    /// The Deployment, without kube's copy of its metadata.
+    pub fn into_observed(self) -> ObservedDeployment {
+        self.observed
+    }
+
+    /// Parts the Deployment (to keep) from kube's copy of its metadata (to pass on).
+    pub fn split(mut self) -> (ObservedDeployment, DeploymentWire) {
+        (std::mem::take(&mut self.observed), self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeploymentWire {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        decode(deserializer)
+    }
+}
+
+impl HasMeta for ObservedDeployment {
+    fn meta_view(&self) -> &dyn MetaView {
+        &self.metadata
+    }
+}
+
+/// The caches' store finds a Deployment by name and namespace; the uid and resourceVersion
+/// are kept once, in the object, not again in its key.
+impl Lookup for ObservedDeployment {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("Deployment")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("apps")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("apps/v1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("deployments")
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        self.metadata.name().map(Cow::Borrowed)
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.metadata.namespace().map(Cow::Borrowed)
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+impl kube::Resource for DeploymentWire {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
 

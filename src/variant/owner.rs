@@ -1,7 +1,9 @@
 //! The owner of generated objects, the labels and annotations that mark them as the
 //! operator's, and the checks of whose an object is (R4, R6, R9).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use super::meta::MetaView;
 
 use crate::crd::OwnerKind;
 
@@ -104,16 +106,12 @@ impl Owner {
 }
 
 /// The uid of the controller ownerReference (`controller: true`) of an object, if any.
-pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
+pub fn controller_uid(meta: &(impl MetaView + ?Sized)) -> Option<&str> {
+    meta.controller().map(|r| r.uid)
 }
 
 /// Whether the object's controller ownerReference points at `owner_uid` (R9).
-pub fn is_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+pub fn is_controlled_by(meta: &(impl MetaView + ?Sized), owner_uid: &str) -> bool {
     controller_uid(meta) == Some(owner_uid)
 }
 
@@ -121,14 +119,8 @@ pub fn is_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
 /// owner's name and kind labels AND its controller ownerReference has this owner's uid. A
 /// Deployment that merely carries the labels, or belongs to a same-named owner of the other
 /// kind, is never touched. (The caller still skips names of declared variants.)
-pub fn may_prune(meta: &ObjectMeta, owner: &Owner) -> bool {
-    let label = |k: &str| {
-        meta.labels
-            .as_ref()
-            .and_then(|l| l.get(k))
-            .map(String::as_str)
-    };
-    label(OWNER_LABEL) == Some(owner.name.as_str())
-        && label(KIND_LABEL) == Some(owner.kind.label_value())
+pub fn may_prune(meta: &(impl MetaView + ?Sized), owner: &Owner) -> bool {
+    meta.label(OWNER_LABEL) == Some(owner.name.as_str())
+        && meta.label(KIND_LABEL) == Some(owner.kind.label_value())
         && is_controlled_by(meta, &owner.uid)
 }

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use super::meta::{HasMeta, MetaView};
 use super::names::deployment_name;
 use super::observed::ObservedDeployment;
 use super::owner::{OWNER_LABEL, Owner, READY_CONDITION, VARIANT_LABEL, may_prune};
@@ -25,20 +26,20 @@ pub struct Stale {
 
 /// What prune deletes (R6): of the Deployments (or Services, R36) this owner controls
 /// (`owned`, each checked with [`may_prune`] again), those whose name no declared variant has.
-pub fn stale<'a, K: kube::Resource + 'a>(
+pub fn stale<'a, K: HasMeta + 'a>(
     owned: impl IntoIterator<Item = &'a K>,
     owner: &Owner,
     declared: &BTreeSet<String>,
 ) -> Vec<Stale> {
     owned
         .into_iter()
-        .map(kube::Resource::meta)
-        .filter(|meta| may_prune(meta, owner))
+        .map(HasMeta::meta_view)
+        .filter(|meta| may_prune(*meta, owner))
         .filter_map(|meta| {
-            let name = meta.name.clone()?;
+            let name = meta.name()?.to_owned();
             (!declared.contains(&name)).then(|| Stale {
                 name,
-                uid: meta.uid.clone(),
+                uid: meta.uid().map(str::to_owned),
             })
         })
         .collect()
@@ -58,13 +59,13 @@ pub fn held_statuses<'a>(
         .iter()
         .map(|v| {
             let existing = owned.clone().into_iter().find(|d| {
-                let label = |k: &str| d.metadata.labels.as_ref().and_then(|l| l.get(k));
+                let label = |k: &str| d.metadata.label(k);
                 may_prune(&d.metadata, owner)
-                    && label(VARIANT_LABEL) == Some(&v.label)
-                    && label(OWNER_LABEL) == Some(&owner.name)
+                    && label(VARIANT_LABEL) == Some(v.label.as_str())
+                    && label(OWNER_LABEL) == Some(owner.name.as_str())
             });
             let deployment = existing
-                .and_then(|d| d.metadata.name.clone())
+                .and_then(|d| d.metadata.name().map(str::to_owned))
                 .or_else(|| base_name.map(|b| deployment_name(b, &v.label)))
                 .unwrap_or_default();
             let (replicas, ready) = existing.map_or((0, 0), |d| {

@@ -164,7 +164,7 @@ impl Slot {
     pub(crate) fn of(list: &[Variant], label: &str) -> Slot {
         match list.iter().find(|v| v.label == label) {
             Some(v) => Slot::Present {
-                env: v.env.clone(),
+                env: v.env.to_map(),
                 instances: v.instances,
             },
             None => Slot::Absent,

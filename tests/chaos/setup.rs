@@ -80,14 +80,14 @@ pub(crate) async fn create_foreign(ctx: &Ctx, owner: &OwnerInfo, variant_label: 
 pub(crate) fn initial_variants(i: usize) -> Vec<Variant> {
     let mut list = vec![Variant {
         label: "a".to_string(),
-        env: BTreeMap::from([("V_0".to_string(), format!("first-{i}"))]),
+        env: BTreeMap::from([("V_0".to_string(), format!("first-{i}"))]).into(),
         instances: 1,
         ..Variant::default()
     }];
     if i.is_multiple_of(2) {
         list.push(Variant {
             label: "d".to_string(),
-            env: BTreeMap::new(),
+            env: Default::default(),
             instances: 0,
             ..Variant::default()
         });

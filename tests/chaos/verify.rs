@@ -195,8 +195,11 @@ pub(crate) fn deployment_differences(
             .flatten()
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
             .collect();
-        if env != expected_env(&v.env) {
-            problem(format!("env {env:?}, expected {:?}", expected_env(&v.env)));
+        if env != expected_env(&v.env.to_map()) {
+            problem(format!(
+                "env {env:?}, expected {:?}",
+                expected_env(&v.env.to_map())
+            ));
         }
     }
     // Everything else (annotations, the desired-state hash) as the operator builds it.

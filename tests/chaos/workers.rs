@@ -364,7 +364,7 @@ impl Worker {
         match &op {
             Op::Add { env, instances } => new_list.push(Variant {
                 label: label.to_string(),
-                env: env.clone(),
+                env: env.clone().into(),
                 instances: *instances,
                 ..Variant::default()
             }),

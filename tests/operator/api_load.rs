@@ -252,11 +252,7 @@ async fn two_hundred_concurrent_edits_of_one_mutation_all_land() {
             } => {
                 ok_adds += 1;
                 assert_eq!(reply.status, 201, "{edit:?}: {reply:?}");
-                let env: Vec<(&str, &str)> = variant
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect();
+                let env: Vec<(&str, &str)> = variant.env.iter().collect();
                 let (c, e) = (client.to_string(), n.to_string());
                 assert_eq!(
                     env,

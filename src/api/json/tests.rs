@@ -9,7 +9,7 @@ fn mutation() -> Mutation {
         "web",
         vec![Variant {
             label: "beta".into(),
-            env: BTreeMap::from([("FEATURE_X".into(), "on".into())]),
+            env: [("FEATURE_X", "on")].into_iter().collect(),
             instances: 2,
             ..Variant::default()
         }],

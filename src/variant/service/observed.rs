@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::super::{observed::CreatedEntry, owner::FIELD_MANAGER};
-use crate::crd::compact::CompactText;
+use crate::crd::{PackedJson, compact::CompactText};
 
 /// A Service as the operator caches it: its metadata (kubectl's last-applied copy and, in the
 /// watch's cache, `managedFields` dropped), its spec as compact JSON text, and the addresses
@@ -24,8 +24,8 @@ pub struct ObservedService {
     pub metadata: ObjectMeta,
     /// `status.loadBalancer.ingress`: each entry's IP, else its host name.
     pub ingress: Vec<String>,
-    /// `spec` as compact JSON text.
-    spec: Box<str>,
+    /// `spec` as compact JSON text, packed.
+    spec: PackedJson,
 }
 
 /// What a variant's status reports of a Service's spec.
@@ -65,7 +65,7 @@ impl ObservedService {
     /// The spec's type, cluster IP and ports ([`ServiceView`]); empty for a spec that does not
     /// decode (the server never gives one).
     pub fn view(&self) -> ServiceView {
-        serde_json::from_str(&self.spec).unwrap_or_default()
+        serde_json::from_str(&self.spec.unpack()).unwrap_or_default()
     }
 
     /// The Service as a JSON object of `apiVersion`, `kind`, `metadata` and `spec`: what
@@ -77,7 +77,7 @@ impl ObservedService {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": serde_json::to_value(&metadata).unwrap_or(Value::Null),
-            "spec": serde_json::from_str::<Value>(&self.spec).unwrap_or(Value::Null),
+            "spec": serde_json::from_str::<Value>(&self.spec.unpack()).unwrap_or(Value::Null),
         })
     }
 
@@ -153,8 +153,14 @@ impl<'de> Deserialize<'de> for ObservedService {
         Ok(ObservedService {
             metadata,
             ingress,
-            spec: spec.into_boxed_str(),
+            spec: PackedJson::pack(&spec),
         })
+    }
+}
+
+impl super::super::meta::HasMeta for ObservedService {
+    fn meta_view(&self) -> &dyn super::super::meta::MetaView {
+        &self.metadata
     }
 }
 

@@ -1,15 +1,13 @@
 //! Tests of variant state, summary and the Ready condition (R3, R11, R12).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
 use super::*;
 use crate::crd::{VariantState, VariantStatus};
 
 fn dep(generation: i64, spec: i32, status: Option<(i64, i32, i32, i32)>) -> ObservedDeployment {
     let mut d = ObservedDeployment::default();
-    d.metadata = ObjectMeta {
+    d.metadata = Meta {
         generation: Some(generation),
-        ..ObjectMeta::default()
+        ..Meta::default()
     };
     d.replicas = Some(spec);
     d.status = status.map(|(observed, replicas, updated, ready)| RolloutCounts {

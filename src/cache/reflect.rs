@@ -1,0 +1,150 @@
+//! The watches that fill the caches: each keeps a store of what it lists and watches, tells
+//! the waiters of each change ([`super::state`]), and passes the objects on as a [`Feed`] for
+//! a controller to react to.
+
+use std::{pin::Pin, sync::Arc};
+
+use futures::{Stream, TryStreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use kube::{
+    Api, Client, Resource,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Lookup, Store},
+        watcher,
+    },
+};
+use tokio::sync::watch;
+
+use super::state::{Cache, CacheState, signalling};
+use crate::{crd::OwnerKind, variant::KIND_LABEL};
+
+/// A stream of objects from one watch, boxed so the controllers can take any of them.
+pub type Feed<K> = Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
+
+/// What a watch can decode: any namespaced Kubernetes type.
+pub trait Cached:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The label selector of everything generated for owners of `kind`.
+pub fn generated_selector(kind: OwnerKind) -> String {
+    format!("{KIND_LABEL}={}", kind.label_value())
+}
+
+/// A watch of `K` (filtered by `config`) that fills a new store, hands each event to `also`
+/// (after the store, before anyone is told) and signals each change of `cache`: the store and
+/// the watch's events.
+pub fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+    cache: Cache,
+    signal: &Arc<watch::Sender<CacheState>>,
+    also: F,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K, F>,
+) {
+    let api: Api<K> = scoped(client, namespace);
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .inspect_ok(also)
+        .inspect_ok(signalling(signal, cache));
+    (store, events)
+}
+
+/// [`reflected`], for a store that keeps another form `S` of what the watch decodes (`W`):
+/// `split` parts each object into what is stored and what is passed on (and to `also`, with
+/// the stored form, after the store has it).
+pub fn reflected_as<W, S, F>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+    cache: Cache,
+    signal: &Arc<watch::Sender<CacheState>>,
+    split: fn(W) -> (S, W),
+    mut also: F,
+) -> (
+    Store<S>,
+    impl Stream<Item = Result<watcher::Event<W>, watcher::Error>> + Send + use<W, S, F>,
+)
+where
+    W: Cached,
+    S: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    F: FnMut(&watcher::Event<S>) + Send + 'static,
+{
+    let api: Api<W> = scoped(client, namespace);
+    let (store, mut writer) = reflector::store::<S>();
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(slim)
+        .map_ok(move |event| {
+            let (kept, passed) = split_event(event, split);
+            writer.apply_watcher_event(&kept);
+            also(&kept);
+            passed
+        })
+        .inspect_ok(signalling(signal, cache));
+    (store, events)
+}
+
+/// One event as two: of the stored form, and of the form passed on.
+fn split_event<W, S>(event: watcher::Event<W>, split: fn(W) -> (S, W)) -> SplitEvent<S, W> {
+    use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+    let both = |obj: W, wrap: fn(S) -> watcher::Event<S>, again: fn(W) -> watcher::Event<W>| {
+        let (kept, passed) = split(obj);
+        (wrap(kept), again(passed))
+    };
+    match event {
+        Apply(obj) => both(obj, Apply, Apply),
+        Delete(obj) => both(obj, Delete, Delete),
+        InitApply(obj) => both(obj, InitApply, InitApply),
+        Init => (Init, Init),
+        InitDone => (InitDone, InitDone),
+    }
+}
+
+type SplitEvent<S, W> = (watcher::Event<S>, watcher::Event<W>);
+
+/// Drops what the operator never reads from cached objects: `managedFields` and kubectl's
+/// last-applied annotation (a full copy of the object).
+fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// An `Api` over one namespace, or over all of them.
+pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}

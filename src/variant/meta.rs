@@ -1,0 +1,269 @@
+//! An object's metadata as the operator reads it ([`MetaView`]), whether the whole
+//! `ObjectMeta` of an object just read from the API server or the compact [`Meta`] the caches
+//! keep of each generated Deployment.
+//!
+//! `ObjectMeta` is about 400 bytes of mostly empty fields before anything is allocated, and
+//! its labels are a `BTreeMap` (a node with room for eleven entries) and its ownerReferences
+//! four strings each. [`Meta`] keeps what the operator reads (name, namespace, uid,
+//! resourceVersion, generation, the labels, the ownerReferences), each packed, and writes it
+//! back as the same JSON for the comparison with the desired object.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::{Map, Value};
+
+use crate::crd::StrMap;
+
+/// A controller ownerReference, as far as ownership is decided by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerRef<'a> {
+    /// Its kind.
+    pub kind: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Its uid.
+    pub uid: &'a str,
+}
+
+/// What the operator reads of an object's metadata.
+pub trait MetaView: Sync {
+    /// `metadata.name`.
+    fn name(&self) -> Option<&str>;
+    /// `metadata.namespace`.
+    fn namespace(&self) -> Option<&str>;
+    /// `metadata.uid`.
+    fn uid(&self) -> Option<&str>;
+    /// `metadata.resourceVersion`.
+    fn resource_version(&self) -> Option<&str>;
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The ownerReference with `controller: true`, if any.
+    fn controller(&self) -> Option<ControllerRef<'_>>;
+}
+
+impl MetaView for ObjectMeta {
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+    fn controller(&self) -> Option<ControllerRef<'_>> {
+        self.owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| ControllerRef {
+                kind: &r.kind,
+                name: &r.name,
+                uid: &r.uid,
+            })
+    }
+}
+
+/// An object whose metadata the operator reads: a cached Deployment or Service.
+pub trait HasMeta {
+    /// Its metadata.
+    fn meta_view(&self) -> &dyn MetaView;
+}
+
+/// One ownerReference, its four strings in one text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// apiVersion, kind, name and uid, in this order, back to back.
+    text: Box<str>,
+    /// Where kind, name and uid begin in `text`.
+    starts: [u32; 3],
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
+impl OwnerRef {
+    fn part(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => self.starts.get(i - 1).map_or(0, |&s| s as usize),
+        };
+        let end = self.starts.get(i).map_or(self.text.len(), |&s| s as usize);
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The ownerReference's JSON, as the API server writes it.
+    fn to_json(&self) -> Value {
+        let mut r = Map::new();
+        r.insert("apiVersion".into(), self.part(0).into());
+        r.insert("kind".into(), self.part(1).into());
+        r.insert("name".into(), self.part(2).into());
+        r.insert("uid".into(), self.part(3).into());
+        if let Some(c) = self.controller {
+            r.insert("controller".into(), c.into());
+        }
+        if let Some(b) = self.block_owner_deletion {
+            r.insert("blockOwnerDeletion".into(), b.into());
+        }
+        Value::Object(r)
+    }
+}
+
+impl From<&OwnerReference> for OwnerRef {
+    fn from(r: &OwnerReference) -> Self {
+        let mut text =
+            String::with_capacity(r.api_version.len() + r.kind.len() + r.name.len() + r.uid.len());
+        let mut starts = [0; 3];
+        for (start, part) in starts.iter_mut().zip([&r.api_version, &r.kind, &r.name]) {
+            text.push_str(part);
+            *start = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        }
+        text.push_str(&r.uid);
+        OwnerRef {
+            text: text.into_boxed_str(),
+            starts,
+            controller: r.controller,
+            block_owner_deletion: r.block_owner_deletion,
+        }
+    }
+}
+
+/// The metadata the caches keep of a generated object (see the module's documentation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// `metadata.name`.
+    pub name: Option<Box<str>>,
+    /// `metadata.namespace`.
+    pub namespace: Option<Box<str>>,
+    /// `metadata.uid`.
+    pub uid: Option<Box<str>>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<Box<str>>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `metadata.labels`; `None` when the object has none.
+    pub labels: Option<StrMap>,
+    /// `metadata.ownerReferences`; `None` when the object has none.
+    pub owner_references: Option<Box<[OwnerRef]>>,
+}
+
+impl Meta {
+    /// The fields kept of `meta`.
+    pub fn of(meta: &ObjectMeta) -> Meta {
+        let text = |s: &Option<String>| s.as_deref().map(Box::from);
+        Meta {
+            name: text(&meta.name),
+            namespace: text(&meta.namespace),
+            uid: text(&meta.uid),
+            resource_version: text(&meta.resource_version),
+            generation: meta.generation,
+            labels: meta.labels.as_ref().map(StrMap::from),
+            owner_references: meta
+                .owner_references
+                .as_ref()
+                .map(|refs| refs.iter().map(OwnerRef::from).collect()),
+        }
+    }
+
+    /// The metadata as a JSON object, as the API server writes what is kept of it.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        let mut text = |key: &str, value: &Option<Box<str>>| {
+            if let Some(v) = value {
+                m.insert(key.into(), Value::from(&**v));
+            }
+        };
+        text("name", &self.name);
+        text("namespace", &self.namespace);
+        text("uid", &self.uid);
+        text("resourceVersion", &self.resource_version);
+        if let Some(g) = self.generation {
+            m.insert("generation".into(), g.into());
+        }
+        if let Some(labels) = &self.labels {
+            let labels = labels.iter().map(|(k, v)| (k.into(), v.into())).collect();
+            m.insert("labels".into(), Value::Object(labels));
+        }
+        if let Some(refs) = &self.owner_references {
+            let refs = refs.iter().map(OwnerRef::to_json).collect();
+            m.insert("ownerReferences".into(), Value::Array(refs));
+        }
+        m
+    }
+}
+
+impl MetaView for Meta {
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key)
+    }
+    fn controller(&self) -> Option<ControllerRef<'_>> {
+        self.owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| ControllerRef {
+                kind: r.part(1),
+                name: r.part(2),
+                uid: r.part(3),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // R6, R9, R12: the compact metadata answers as the whole one does, and writes out the same
+    #[test]
+    fn compact_metadata_reads_as_the_whole() {
+        let full: ObjectMeta = serde_json::from_value(json!({
+            "name": "web-a", "namespace": "team", "uid": "u-1", "resourceVersion": "42",
+            "generation": 3, "labels": {"b": "2", "a": "1"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u-x"},
+                {"apiVersion": "neiam.org/v1", "kind": "Mutation", "name": "web",
+                 "uid": "u-web", "controller": true, "blockOwnerDeletion": true}
+            ]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let compact = Meta::of(&full);
+        let views: [&dyn MetaView; 2] = [&full, &compact];
+        for m in views {
+            assert_eq!(m.name(), Some("web-a"));
+            assert_eq!(m.namespace(), Some("team"));
+            assert_eq!(m.uid(), Some("u-1"));
+            assert_eq!(m.resource_version(), Some("42"));
+            assert_eq!((m.label("a"), m.label("c")), (Some("1"), None));
+            let expected = ControllerRef {
+                kind: "Mutation",
+                name: "web",
+                uid: "u-web",
+            };
+            assert_eq!(m.controller(), Some(expected));
+        }
+        let mut written = serde_json::to_value(&full).unwrap_or_default();
+        assert_eq!(Value::Object(compact.to_json()), written);
+        written["ownerReferences"] = json!(null);
+        let none: ObjectMeta = serde_json::from_value(written).unwrap_or_default();
+        assert_eq!(Meta::of(&none).controller(), None);
+        assert_eq!(Meta::default().to_json(), Map::new());
+    }
+}

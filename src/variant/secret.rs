@@ -1,0 +1,103 @@
+//! What the caches keep of a Mutation's Secret: [`CachedSecret`], its metadata compact and
+//! its token, nothing else (the k8s-openapi Secret is a full `ObjectMeta`, a map of its data
+//! and its labels' map: about 2 KiB each).
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::reflector::Lookup;
+
+use super::meta::{HasMeta, Meta, MetaView};
+use super::names::TOKEN_KEY;
+
+/// A Mutation's Secret as the caches keep it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CachedSecret {
+    /// Its metadata: whose it is.
+    pub metadata: Meta,
+    /// `data.token`, the Mutation's API token, when it has one.
+    pub token: Option<Box<[u8]>>,
+}
+
+impl CachedSecret {
+    /// Parts a Secret the watch decoded into what is kept, and the Secret (without its data)
+    /// for the controller's feed.
+    pub fn split(mut secret: Secret) -> (CachedSecret, Secret) {
+        let token = secret
+            .data
+            .take()
+            .and_then(|mut data| data.remove(TOKEN_KEY))
+            .map(|token| token.0.into_boxed_slice());
+        let kept = CachedSecret {
+            metadata: Meta::of(&secret.metadata),
+            token,
+        };
+        (kept, secret)
+    }
+}
+
+impl HasMeta for CachedSecret {
+    fn meta_view(&self) -> &dyn MetaView {
+        &self.metadata
+    }
+}
+
+/// The store finds a Secret by name and namespace (no uid or resourceVersion in its key).
+impl Lookup for CachedSecret {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("Secret")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("secrets")
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        self.metadata.name().map(Cow::Borrowed)
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.metadata.namespace().map(Cow::Borrowed)
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // R14, R20: the token and the owner are kept, the rest is not
+    #[test]
+    fn a_cached_secret_keeps_its_token_and_owner() {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "web-secret", "namespace": "team", "uid": "s-1",
+                "ownerReferences": [{"apiVersion": "neiam.org/v1", "kind": "Mutation",
+                    "name": "web", "uid": "u-web", "controller": true}]},
+            "data": {"token": "c2VjcmV0", "other": "eA=="}, "type": "Opaque"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (kept, passed) = CachedSecret::split(secret);
+        assert_eq!(kept.token.as_deref(), Some(&b"secret"[..]));
+        assert_eq!(kept.metadata.controller().map(|c| c.uid), Some("u-web"));
+        assert_eq!(Lookup::name(&kept).as_deref(), Some("web-secret"));
+        assert_eq!(passed.data, None);
+        assert_eq!(passed.metadata.name.as_deref(), Some("web-secret"));
+        let (none, _) = CachedSecret::split(Secret::default());
+        assert_eq!(none.token, None);
+    }
+}
