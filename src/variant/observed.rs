@@ -11,7 +11,8 @@
 //! metadata is the compact [`Meta`]; the caches' store reads it through kube's `Lookup`,
 //! without the uid and resourceVersion in its key. [`DeploymentWire`] is the same Deployment
 //! as kube's API and watches decode it (a `kube::Resource`): the object, and the few fields
-//! of `ObjectMeta` that kube itself reads (name, namespace, ownerReferences).
+//! of `ObjectMeta` that kube itself reads (name, namespace, uid, resourceVersion,
+//! ownerReferences).
 
 use std::{borrow::Cow, collections::BTreeMap};
 
@@ -237,8 +238,8 @@ fn decode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DeploymentWire, 
     let metadata = Meta {
         name: wire.name.as_deref().map(Box::from),
         namespace: wire.namespace.as_deref().map(Box::from),
-        uid: wire.uid.map(String::into_boxed_str),
-        resource_version: wire.resource_version.map(String::into_boxed_str),
+        uid: wire.uid.as_deref().map(Box::from),
+        resource_version: wire.resource_version.as_deref().map(Box::from),
         generation: wire.generation,
         labels: wire.labels,
         owner_references: wire
@@ -261,6 +262,8 @@ fn decode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DeploymentWire, 
         metadata: ObjectMeta {
             name: wire.name,
             namespace: wire.namespace,
+            uid: wire.uid,
+            resource_version: wire.resource_version,
             owner_references: wire.owner_references,
             ..ObjectMeta::default()
         },
@@ -281,8 +284,9 @@ impl<'de> Deserialize<'de> for ObservedDeployment {
 }
 
 /// A Deployment as kube's API calls and watches decode it: the [`ObservedDeployment`], and the
-/// fields of `ObjectMeta` kube reads (name and namespace, ownerReferences to find the owner
-/// to reconcile). What the caches store and the controllers read is the `ObservedDeployment`.
+/// fields of `ObjectMeta` kube reads (name, namespace, uid, the resourceVersion a watch resumes
+/// from, ownerReferences to find the owner to reconcile). What the caches store and the
+/// controllers read is the `ObservedDeployment`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeploymentWire {
     /// Name, namespace and ownerReferences.
