@@ -76,8 +76,9 @@ pub fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
 }
 
 /// [`reflected`], for a store that keeps another form `S` of what the watch decodes (`W`):
-/// `split` parts each object into what is stored and what is passed on (and to `also`, with
-/// the stored form, after the store has it).
+/// `split` parts each object into what is stored and what is passed on. `also` gets each
+/// event of the stored form after the store has it, with the store's copy of the object from
+/// before the event.
 pub fn reflected_as<W, S, F>(
     client: &Client,
     namespace: Option<&str>,
@@ -93,17 +94,24 @@ pub fn reflected_as<W, S, F>(
 where
     W: Cached,
     S: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-    F: FnMut(&watcher::Event<S>) + Send + 'static,
+    F: FnMut(&watcher::Event<S>, Option<&S>) + Send + 'static,
 {
     let api: Api<W> = scoped(client, namespace);
     let (store, mut writer) = reflector::store::<S>();
+    let reader = store.clone();
     let events = watcher(api, config)
         .default_backoff()
         .modify(slim)
         .map_ok(move |event| {
             let (kept, passed) = split_event(event, split);
+            let before = match &kept {
+                watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                    reader.get(&obj.to_object_ref(()))
+                }
+                _ => None,
+            };
             writer.apply_watcher_event(&kept);
-            also(&kept);
+            also(&kept, before.as_deref());
             passed
         })
         .inspect_ok(signalling(signal, cache));
