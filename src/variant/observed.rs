@@ -379,3 +379,42 @@ impl kube::Resource for DeploymentWire {
         &mut self.metadata
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // What kube reads off a decoded Deployment (a watch resumes from each event's
+    // resourceVersion; the owner to reconcile is found by its ownerReferences), and what the
+    // cache keeps of it.
+    #[test]
+    fn the_wire_form_has_what_kube_reads() {
+        let served = json!({
+            "metadata": {"name": "web-a", "namespace": "team", "uid": "d-1",
+                "resourceVersion": "77", "generation": 2, "labels": {"k": "v"},
+                "ownerReferences": [{"apiVersion": "neiam.org/v1", "kind": "Mutation",
+                    "name": "web", "uid": "u-web", "controller": true}]},
+            "spec": {"replicas": 2}
+        });
+        let wire: DeploymentWire = serde_json::from_value(served).unwrap_or_default();
+        let meta = &wire.metadata;
+        assert_eq!(meta.resource_version.as_deref(), Some("77"));
+        assert_eq!(
+            (meta.name.as_deref(), meta.uid.as_deref()),
+            (Some("web-a"), Some("d-1"))
+        );
+        assert_eq!(meta.owner_references.as_ref().map(Vec::len), Some(1));
+        let (kept, passed) = wire.split();
+        assert_eq!(passed.observed, ObservedDeployment::default());
+        assert_eq!(kept.metadata.resource_version(), Some("77"));
+        assert_eq!(kept.metadata.label("k"), Some("v"));
+        assert_eq!(
+            (kept.replicas, kept.metadata.generation),
+            (Some(2), Some(2))
+        );
+        assert_eq!(Lookup::name(&kept).as_deref(), Some("web-a"));
+        assert_eq!(Lookup::uid(&kept), None, "not in the store's key");
+    }
+}
