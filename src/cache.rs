@@ -237,7 +237,7 @@ fn secrets(
         Cache::Secrets,
         signal,
         split,
-        |_| {},
+        |_, _| {},
     );
     (store, Box::pin(events.touched_objects()))
 }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use mutantops::cli::{self, Command};
 
-/// The static musl binaries allocate with dlmalloc, not musl's mallocng, which kept half as
-/// much memory again after a relist at scale (see Cargo.toml and BENCHMARKS.md).
-#[cfg(target_env = "musl")]
+/// The binary allocates with dlmalloc, not musl's mallocng, which kept half as much memory
+/// again after a relist at scale, nor glibc's malloc, whose per-thread arenas each keep what
+/// the watches' list pages and the reconciles freed (see Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 

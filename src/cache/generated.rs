@@ -111,7 +111,7 @@ where
         cache,
         signal,
         split,
-        move |event: &watcher::Event<S>| indexing.apply(event),
+        move |event: &watcher::Event<S>, before: Option<&S>| indexing.apply(event, before),
     );
     (
         Generated { store, index },

@@ -11,7 +11,8 @@
 //! metadata is the compact [`Meta`]; the caches' store reads it through kube's `Lookup`,
 //! without the uid and resourceVersion in its key. [`DeploymentWire`] is the same Deployment
 //! as kube's API and watches decode it (a `kube::Resource`): the object, and the few fields
-//! of `ObjectMeta` that kube itself reads (name, namespace, ownerReferences).
+//! of `ObjectMeta` that kube itself reads (name, namespace, uid, resourceVersion,
+//! ownerReferences).
 
 use std::{borrow::Cow, collections::BTreeMap};
 
@@ -238,8 +239,8 @@ fn decode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DeploymentWire, 
     let metadata = Meta {
         name: wire.name.as_deref().map(Box::from),
         namespace: wire.namespace.as_deref().map(Box::from),
-        uid: wire.uid.map(String::into_boxed_str),
-        resource_version: wire.resource_version.map(String::into_boxed_str),
+        uid: wire.uid.as_deref().map(Box::from),
+        resource_version: wire.resource_version.as_deref().map(Box::from),
         generation: wire.generation,
         labels: wire.labels,
         owner_references: wire
@@ -262,6 +263,8 @@ fn decode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DeploymentWire, 
         metadata: ObjectMeta {
             name: wire.name,
             namespace: wire.namespace,
+            uid: wire.uid,
+            resource_version: wire.resource_version,
             owner_references: wire.owner_references,
             ..ObjectMeta::default()
         },
@@ -282,8 +285,9 @@ impl<'de> Deserialize<'de> for ObservedDeployment {
 }
 
 /// A Deployment as kube's API calls and watches decode it: the [`ObservedDeployment`], and the
-/// fields of `ObjectMeta` kube reads (name and namespace, ownerReferences to find the owner
-/// to reconcile). What the caches store and the controllers read is the `ObservedDeployment`.
+/// fields of `ObjectMeta` kube reads (name, namespace, uid, the resourceVersion a watch resumes
+/// from, ownerReferences to find the owner to reconcile). What the caches store and the
+/// controllers read is the `ObservedDeployment`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeploymentWire {
     /// Name, namespace and ownerReferences.
@@ -374,5 +378,44 @@ impl kube::Resource for DeploymentWire {
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // What kube reads off a decoded Deployment (a watch resumes from each event's
+    // resourceVersion; the owner to reconcile is found by its ownerReferences), and what the
+    // cache keeps of it.
+    #[test]
+    fn the_wire_form_has_what_kube_reads() {
+        let served = json!({
+            "metadata": {"name": "web-a", "namespace": "team", "uid": "d-1",
+                "resourceVersion": "77", "generation": 2, "labels": {"k": "v"},
+                "ownerReferences": [{"apiVersion": "neiam.org/v1", "kind": "Mutation",
+                    "name": "web", "uid": "u-web", "controller": true}]},
+            "spec": {"replicas": 2}
+        });
+        let wire: DeploymentWire = serde_json::from_value(served).unwrap_or_default();
+        let meta = &wire.metadata;
+        assert_eq!(meta.resource_version.as_deref(), Some("77"));
+        assert_eq!(
+            (meta.name.as_deref(), meta.uid.as_deref()),
+            (Some("web-a"), Some("d-1"))
+        );
+        assert_eq!(meta.owner_references.as_ref().map(Vec::len), Some(1));
+        let (kept, passed) = wire.split();
+        assert_eq!(passed.observed, ObservedDeployment::default());
+        assert_eq!(kept.metadata.resource_version(), Some("77"));
+        assert_eq!(kept.metadata.label("k"), Some("v"));
+        assert_eq!(
+            (kept.replicas, kept.metadata.generation),
+            (Some(2), Some(2))
+        );
+        assert_eq!(Lookup::name(&kept).as_deref(), Some("web-a"));
+        assert_eq!(Lookup::uid(&kept), None, "not in the store's key");
     }
 }
