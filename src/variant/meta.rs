@@ -225,6 +225,64 @@ impl MetaView for Meta {
     }
 }
 
+/// Implements kube's type description for a type the caches hold: `Lookup` (how the store
+/// finds it: by name and namespace, the uid and resourceVersion kept once, in the object, not
+/// again in its key) or `Resource` (what a watch decodes, with kube's `ObjectMeta` at
+/// `metadata`). `MetaView` must be in scope where a `lookup` is declared.
+macro_rules! kube_type {
+    (@names $kind:literal, $group:literal, $version:literal, $api_version:literal, $plural:literal) => {
+        fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+            std::borrow::Cow::Borrowed($kind)
+        }
+        fn group(_: &()) -> std::borrow::Cow<'_, str> {
+            std::borrow::Cow::Borrowed($group)
+        }
+        fn version(_: &()) -> std::borrow::Cow<'_, str> {
+            std::borrow::Cow::Borrowed($version)
+        }
+        fn api_version(_: &()) -> std::borrow::Cow<'_, str> {
+            std::borrow::Cow::Borrowed($api_version)
+        }
+        fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+            std::borrow::Cow::Borrowed($plural)
+        }
+    };
+    (lookup $ty:ty: $($names:literal),+) => {
+        impl kube::runtime::reflector::Lookup for $ty {
+            type DynamicType = ();
+            kube_type!(@names $($names),+);
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.metadata.name().map(std::borrow::Cow::Borrowed)
+            }
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.metadata.namespace().map(std::borrow::Cow::Borrowed)
+            }
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                None
+            }
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                None
+            }
+        }
+    };
+    (resource $ty:ty: $($names:literal),+) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+            kube_type!(@names $($names),+);
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(super) use kube_type;
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -14,20 +14,16 @@
 //! of `ObjectMeta` that kube itself reads (name, namespace, uid, resourceVersion,
 //! ownerReferences).
 
-use std::{borrow::Cow, collections::BTreeMap};
+use std::collections::BTreeMap;
 
-use k8s_openapi::{
-    NamespaceResourceScope,
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
-};
-use kube::runtime::reflector::Lookup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{
     Deserialize, Deserializer,
     de::{IgnoredAny, SeqAccess, Visitor},
 };
 use serde_json::{Value, json};
 
-use super::meta::{HasMeta, Meta, MetaView};
+use super::meta::{HasMeta, Meta, MetaView, kube_type};
 use super::owner::FIELD_MANAGER;
 use crate::crd::{PackedJson, StrMap, compact::CompactText};
 
@@ -320,69 +316,13 @@ impl HasMeta for ObservedDeployment {
     }
 }
 
-/// The caches' store finds a Deployment by name and namespace; the uid and resourceVersion
-/// are kept once, in the object, not again in its key.
-impl Lookup for ObservedDeployment {
-    type DynamicType = ();
+kube_type!(lookup ObservedDeployment: "Deployment", "apps", "v1", "apps/v1", "deployments");
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Deployment")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("apps")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("apps/v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("deployments")
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.metadata.name().map(Cow::Borrowed)
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.metadata.namespace().map(Cow::Borrowed)
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
-
-impl kube::Resource for DeploymentWire {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Deployment")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("apps")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("apps/v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("deployments")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+kube_type!(resource DeploymentWire: "Deployment", "apps", "v1", "apps/v1", "deployments");
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::reflector::Lookup;
     use serde_json::json;
 
     use super::*;

@@ -2,12 +2,9 @@
 //! its token, nothing else (the k8s-openapi Secret is a full `ObjectMeta`, a map of its data
 //! and its labels' map: about 2 KiB each).
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::reflector::Lookup;
 
-use super::meta::{HasMeta, Meta, MetaView};
+use super::meta::{HasMeta, Meta, MetaView, kube_type};
 use super::names::TOKEN_KEY;
 
 /// A Mutation's Secret as the caches keep it.
@@ -42,41 +39,11 @@ impl HasMeta for CachedSecret {
     }
 }
 
-/// The store finds a Secret by name and namespace (no uid or resourceVersion in its key).
-impl Lookup for CachedSecret {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Secret")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("secrets")
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.metadata.name().map(Cow::Borrowed)
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.metadata.namespace().map(Cow::Borrowed)
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
+kube_type!(lookup CachedSecret: "Secret", "", "v1", "v1", "secrets");
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::reflector::Lookup;
     use serde_json::json;
 
     use super::*;

@@ -6,13 +6,11 @@
 //! load balancer's addresses. What the status reports of it is read off the spec's text
 //! ([`ObservedService::view`]).
 
-use std::borrow::Cow;
-
-use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
-use super::super::{observed::CreatedEntry, owner::FIELD_MANAGER};
+use super::super::{meta::kube_type, observed::CreatedEntry, owner::FIELD_MANAGER};
 use crate::crd::{PackedJson, compact::CompactText};
 
 /// A Service as the operator caches it: its metadata (kubectl's last-applied copy and, in the
@@ -164,29 +162,4 @@ impl super::super::meta::HasMeta for ObservedService {
     }
 }
 
-impl kube::Resource for ObservedService {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Service")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("services")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+kube_type!(resource ObservedService: "Service", "", "v1", "v1", "services");
