@@ -161,7 +161,10 @@ def measure_pinned(b, ns):
     api = f"http://127.0.0.1:{b.api_port}/api/v1/namespaces/{ns}"
     base = json.loads((REPO / "deploy/examples/deployment.json").read_text())
     base["metadata"]["name"] = "w"
-    create = {"name": "w", "deployment": base, "variants": [{"label": "a", "env": {"BENCH": "a"}, "instances": 0}]}
+    # The writes below add WRITES variants with the Mutation's own token, which may make 20 by
+    # default (R32): the Mutation allows one more than those (at most the 500 of a Mutation).
+    create = {"name": "w", "deployment": base, "variants": [{"label": "a", "env": {"BENCH": "a"}, "instances": 0}],
+              "deviceAccess": {"maxVariants": min(500, b.WRITES + 1)}}
     write_json(b.path("api-create.json"), create)
     if request("POST", f"{api}/mutations", b.admin_token, json.dumps(create)) not in (200, 201):
         die(f"POST {api}/mutations failed (see {b.path(f'operator-{b.op_count}-api.log')})")
