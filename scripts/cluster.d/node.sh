@@ -11,7 +11,8 @@
 #   - mounts (pod volumes, container root filesystems, network namespaces): unmounted;
 #   - cgroups (kubepods): removed;
 #   - the bridge $NODE_BRIDGE and its veths: deleted; iptables: `kube-proxy --cleanup`, then
-#     any chain that was not there before `up` is flushed and deleted;
+#     any chain that was not there before `up` is flushed and deleted, and a table that was not
+#     there is deleted once empty (nft);
 #   - sysctls (the kubelet sets kernel.panic, kernel.panic_on_oops, vm.overcommit_memory...,
 #     the bridge plugin net.ipv4.ip_forward): the values read before `up` are written back.
 # There is one real node per machine (the kubelet's port 10250, the bridge and iptables are
@@ -95,6 +96,7 @@ containerd containerd
 runc runc
 /usr/lib/cni/bridge containernetworking-plugins
 iptables iptables
+nft nftables
 conntrack conntrack
 ip iproute2
 PKGS
@@ -482,6 +484,18 @@ restore_iptables() {
   while read -r tool table rest; do
     [[ $rest == "-A "* ]] || "$tool" -w -t "$table" -X "$rest" 2>/dev/null || true
   done <"$STATE/run/iptables.new"
+  # Tables that did not exist before `up` (on a fresh machine kube-proxy and the kubelet make
+  # filter, nat and mangle) and now hold only their built-in chains: deleted with nft, since
+  # iptables-nft cannot drop a table (with iptables-legacy they are kernel modules: left).
+  command -v nft >/dev/null 2>&1 || return 0
+  local family
+  while read -r tool table; do
+    snapshot_iptables | awk -v t="$tool" -v tb="$table" \
+      '$1 == t && $2 == tb && $3 == "-A" { rules = 1 } END { exit !rules }' && continue
+    case $tool in iptables) family=ip ;; ip6tables) family=ip6 ;; *) continue ;; esac
+    nft delete table "$family" "$table" 2>/dev/null || true
+  done < <(comm -13 <(awk '{ print $1, $2 }' "$STATE/run/iptables.before" | sort -u) \
+                    <(snapshot_iptables | awk '{ print $1, $2 }' | sort -u))
 }
 
 restore_sysctls() {
