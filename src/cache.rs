@@ -210,7 +210,7 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
 }
 
 /// The cache of every owner of kind `K`; its feed yields the owners added or changed.
-fn owners<K: OwnerResource>(
+fn owners<K: OwnerResource + Cached>(
     client: &Client,
     namespace: Option<&str>,
     signal: &Arc<watch::Sender<CacheState>>,
@@ -315,8 +315,8 @@ mod state;
 
 pub use generated::{DeploymentCache, ServiceCache};
 use generated::{deployments, services};
+use reflect::{Cached, reflected, reflected_as};
 pub use reflect::{Feed, generated_selector};
-use reflect::{reflected, reflected_as};
 #[cfg(test)]
 use state::signalling;
 pub use state::{Cache, CacheState};

@@ -134,6 +134,7 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
     }
     // The table gives every route below a Mutation its name, and every variant route a label.
     let (name, label) = (name.unwrap_or_default(), label.unwrap_or_default());
+    let at = variants::At { ns, name, label };
     match route.action {
         Action::ListMutations => mutations::list(state, ns),
         Action::CreateMutation => {
@@ -147,12 +148,12 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
             let body = read_json(state, req).await?;
             variants::add(state, &caller, ns, name, body).await
         }
-        Action::GetVariant => variants::get(state, &caller, ns, name, label).await,
+        Action::GetVariant => variants::get(state, &caller, at).await,
         Action::ScaleVariant => {
             let body = read_json(state, req).await?;
-            variants::scale(state, &caller, ns, name, label, body).await
+            variants::scale(state, &caller, at, body).await
         }
-        Action::RemoveVariant => variants::remove(state, &caller, ns, name, label).await,
+        Action::RemoveVariant => variants::remove(state, &caller, at).await,
     }
 }
 

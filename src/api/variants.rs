@@ -39,14 +39,20 @@ pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
     Ok(http::json(StatusCode::OK, &items))
 }
 
+/// The variant a request names: `.../namespaces/{ns}/mutations/{name}/variants/{label}`.
+#[derive(Clone, Copy, Debug)]
+pub struct At<'a> {
+    /// The namespace.
+    pub ns: &'a str,
+    /// The Mutation's name.
+    pub name: &'a str,
+    /// The variant's label.
+    pub label: &'a str,
+}
+
 /// `GET .../variants/{label}`.
-pub async fn get(
-    state: &ApiState,
-    caller: &Caller,
-    ns: &str,
-    name: &str,
-    label: &str,
-) -> ApiResult {
+pub async fn get(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
+    let At { ns, name, label } = at;
     let mut m = fresh::mutation(state, caller, ns, name).await?;
     // A label this replica does not show may have been added through another one.
     if position(&m, label).is_none()
@@ -127,14 +133,8 @@ fn device_check(caller: &Caller, m: &Mutation, variant: &Variant) -> Result<(), 
 
 /// `PATCH .../variants/{label}` `{instances}`: changes only the replica count, so the running
 /// pods are kept (R21).
-pub async fn scale(
-    state: &ApiState,
-    caller: &Caller,
-    ns: &str,
-    name: &str,
-    label: &str,
-    body: ScaleRequest,
-) -> ApiResult {
+pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleRequest) -> ApiResult {
+    let At { ns, name, label } = at;
     let cached = fresh::mutation(state, caller, ns, name).await?;
     if body.instances < 0 {
         return Err(ApiError::bad_request(format!(
@@ -166,13 +166,8 @@ pub async fn scale(
 }
 
 /// `DELETE .../variants/{label}`: 204, 404 when absent.
-pub async fn remove(
-    state: &ApiState,
-    caller: &Caller,
-    ns: &str,
-    name: &str,
-    label: &str,
-) -> ApiResult {
+pub async fn remove(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
+    let At { ns, name, label } = at;
     fresh::mutation(state, caller, ns, name).await?;
     edit(state, ns, name, |m| {
         let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;

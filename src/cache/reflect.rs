@@ -5,7 +5,7 @@
 use std::{pin::Pin, sync::Arc};
 
 use futures::{Stream, TryStreamExt};
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::{NamespaceResourceScope, api::core::v1::Secret};
 use kube::{
     Api, Client, Resource,
     runtime::{
@@ -17,7 +17,10 @@ use kube::{
 use tokio::sync::watch;
 
 use super::state::{Cache, CacheState, signalling};
-use crate::{crd::OwnerKind, variant::KIND_LABEL};
+use crate::{
+    crd::{MutantDeployment, Mutation, OwnerKind},
+    variant::{DeploymentWire, KIND_LABEL, ObservedService},
+};
 
 /// Objects per page of a watch's list (kube's default is 500). A page is held whole while its
 /// objects are stored, as JSON and then decoded, and every watch lists at once when the
@@ -29,7 +32,7 @@ const LIST_PAGE: u32 = 100;
 /// A stream of objects from one watch, boxed so the controllers can take any of them.
 pub type Feed<K> = Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
 
-/// What a watch can decode: any namespaced Kubernetes type.
+/// What a watch can decode: a namespaced Kubernetes type, one of those below.
 pub trait Cached:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
@@ -41,16 +44,11 @@ pub trait Cached:
 {
 }
 
-impl<K> Cached for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+impl Cached for MutantDeployment {}
+impl Cached for Mutation {}
+impl Cached for Secret {}
+impl Cached for DeploymentWire {}
+impl Cached for ObservedService {}
 
 /// The label selector of everything generated for owners of `kind`.
 pub fn generated_selector(kind: OwnerKind) -> String {

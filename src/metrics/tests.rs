@@ -19,6 +19,13 @@ fn assert_line(text: &str, line: &str) {
     );
 }
 
+/// [`assert_line`] for each of `lines`.
+fn assert_lines(text: &str, lines: &[&str]) {
+    for line in lines {
+        assert_line(text, line);
+    }
+}
+
 /// One instance of each label.
 fn variants(labels: &[&str]) -> Vec<Variant> {
     labels
@@ -115,20 +122,21 @@ fn every_series_exists_at_zero() {
 #[test]
 fn types_and_units() {
     let text = Metrics::new().encode();
-    for line in [
-        "# TYPE mutant_operator_reconciliations counter",
-        "# TYPE mutant_operator_reconcile_duration_seconds histogram",
-        "# UNIT mutant_operator_reconcile_duration_seconds seconds",
-        "# TYPE mutant_operator_reconcile_errors counter",
-        "# TYPE mutant_operator_controller_errors counter",
-        "# TYPE mutant_operator_managed_objects gauge",
-        "# TYPE mutant_operator_variants gauge",
-        "# TYPE mutant_operator_mutation_variants gauge",
-        "# TYPE mutant_operator_build_info gauge",
-        "# TYPE mutant_operator_leader gauge",
-    ] {
-        assert_line(&text, line);
-    }
+    assert_lines(
+        &text,
+        &[
+            "# TYPE mutant_operator_reconciliations counter",
+            "# TYPE mutant_operator_reconcile_duration_seconds histogram",
+            "# UNIT mutant_operator_reconcile_duration_seconds seconds",
+            "# TYPE mutant_operator_reconcile_errors counter",
+            "# TYPE mutant_operator_controller_errors counter",
+            "# TYPE mutant_operator_managed_objects gauge",
+            "# TYPE mutant_operator_variants gauge",
+            "# TYPE mutant_operator_mutation_variants gauge",
+            "# TYPE mutant_operator_build_info gauge",
+            "# TYPE mutant_operator_leader gauge",
+        ],
+    );
     // No doubled suffix.
     assert!(!text.contains("_total_total"), "{text}");
 }
@@ -153,35 +161,64 @@ fn counters_and_histogram_follow_calls() {
     metrics.controller_error(OwnerKind::MutantDeployment, "runner");
     let text = metrics.encode();
 
-    for line in [
-        r#"mutant_operator_reconciliations_total{kind="Mutation",outcome="ok"} 2"#,
-        r#"mutant_operator_reconciliations_total{kind="Mutation",outcome="error"} 0"#,
-        r#"mutant_operator_reconciliations_total{kind="MutantDeployment",outcome="ok"} 0"#,
-        r#"mutant_operator_reconciliations_total{kind="MutantDeployment",outcome="error"} 2"#,
-        r#"mutant_operator_reconcile_errors_total{kind="MutantDeployment",error="api"} 1"#,
-        r#"mutant_operator_reconcile_errors_total{kind="MutantDeployment",error="invalid"} 1"#,
-        r#"mutant_operator_reconcile_errors_total{kind="MutantDeployment",error="client"} 0"#,
-        r#"mutant_operator_reconcile_errors_total{kind="Mutation",error="api"} 0"#,
-        r#"mutant_operator_controller_errors_total{kind="Mutation",error="queue"} 2"#,
-        r#"mutant_operator_controller_errors_total{kind="MutantDeployment",error="runner"} 1"#,
-        r#"mutant_operator_controller_errors_total{kind="MutantDeployment",error="queue"} 0"#,
-        // Histogram: 20 ms and 30 ms.
-        r#"mutant_operator_reconcile_duration_seconds_count{kind="Mutation",outcome="ok"} 2"#,
-        r#"mutant_operator_reconcile_duration_seconds_sum{kind="Mutation",outcome="ok"} 0.05"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="0.01",kind="Mutation",outcome="ok"} 0"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="0.025",kind="Mutation",outcome="ok"} 1"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="0.05",kind="Mutation",outcome="ok"} 2"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="10.0",kind="Mutation",outcome="ok"} 2"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="+Inf",kind="Mutation",outcome="ok"} 2"#,
-        // 3 s and 20 s: the second only in +Inf.
-        r#"mutant_operator_reconcile_duration_seconds_count{kind="MutantDeployment",outcome="error"} 2"#,
-        r#"mutant_operator_reconcile_duration_seconds_sum{kind="MutantDeployment",outcome="error"} 23.0"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="2.5",kind="MutantDeployment",outcome="error"} 0"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="5.0",kind="MutantDeployment",outcome="error"} 1"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="10.0",kind="MutantDeployment",outcome="error"} 1"#,
-        r#"mutant_operator_reconcile_duration_seconds_bucket{le="+Inf",kind="MutantDeployment",outcome="error"} 2"#,
-    ] {
-        assert_line(&text, line);
+    // The counters: (family, kind, second label, its value, count).
+    let (mu, md) = ("Mutation", "MutantDeployment");
+    let counters = [
+        ("reconciliations", mu, "outcome", "ok", 2),
+        ("reconciliations", mu, "outcome", "error", 0),
+        ("reconciliations", md, "outcome", "ok", 0),
+        ("reconciliations", md, "outcome", "error", 2),
+        ("reconcile_errors", md, "error", "api", 1),
+        ("reconcile_errors", md, "error", "invalid", 1),
+        ("reconcile_errors", md, "error", "client", 0),
+        ("reconcile_errors", mu, "error", "api", 0),
+        ("controller_errors", mu, "error", "queue", 2),
+        ("controller_errors", md, "error", "runner", 1),
+        ("controller_errors", md, "error", "queue", 0),
+    ];
+    for (family, kind, label, value, count) in counters {
+        assert_line(
+            &text,
+            &format!(
+                "mutant_operator_{family}_total{{kind=\"{kind}\",{label}=\"{value}\"}} {count}"
+            ),
+        );
+    }
+    // The histograms: 20 ms and 30 ms; 3 s and 20 s, the second only in +Inf.
+    type Buckets<'a> = &'a [(&'a str, u64)];
+    let histograms: [(&str, &str, u64, &str, Buckets); 2] = [
+        (
+            "Mutation",
+            "ok",
+            2,
+            "0.05",
+            &[
+                ("0.01", 0),
+                ("0.025", 1),
+                ("0.05", 2),
+                ("10.0", 2),
+                ("+Inf", 2),
+            ],
+        ),
+        (
+            "MutantDeployment",
+            "error",
+            2,
+            "23.0",
+            &[("2.5", 0), ("5.0", 1), ("10.0", 1), ("+Inf", 2)],
+        ),
+    ];
+    let series = "mutant_operator_reconcile_duration_seconds";
+    for (kind, outcome, count, sum, buckets) in histograms {
+        let labels = format!("kind=\"{kind}\",outcome=\"{outcome}\"");
+        assert_line(&text, &format!("{series}_count{{{labels}}} {count}"));
+        assert_line(&text, &format!("{series}_sum{{{labels}}} {sum}"));
+        for (le, n) in buckets {
+            assert_line(
+                &text,
+                &format!("{series}_bucket{{le=\"{le}\",{labels}}} {n}"),
+            );
+        }
     }
     // 13 bounds plus +Inf for each of the 4 series.
     let buckets = text
@@ -240,18 +277,19 @@ fn gauges_follow_the_caches() {
     )));
 
     let text = metrics.encode();
-    for line in [
-        r#"mutant_operator_managed_objects{kind="MutantDeployment"} 3"#,
-        r#"mutant_operator_managed_objects{kind="Mutation"} 2"#,
-        r#"mutant_operator_variants{kind="MutantDeployment"} 3"#,
-        r#"mutant_operator_variants{kind="Mutation"} 5"#,
-        r#"mutant_operator_mutation_variants{state="Progressing"} 1"#,
-        r#"mutant_operator_mutation_variants{state="Ready"} 2"#,
-        r#"mutant_operator_mutation_variants{state="Invalid"} 0"#,
-        r#"mutant_operator_mutation_variants{state="Conflict"} 1"#,
-    ] {
-        assert_line(&text, line);
-    }
+    assert_lines(
+        &text,
+        &[
+            r#"mutant_operator_managed_objects{kind="MutantDeployment"} 3"#,
+            r#"mutant_operator_managed_objects{kind="Mutation"} 2"#,
+            r#"mutant_operator_variants{kind="MutantDeployment"} 3"#,
+            r#"mutant_operator_variants{kind="Mutation"} 5"#,
+            r#"mutant_operator_mutation_variants{state="Progressing"} 1"#,
+            r#"mutant_operator_mutation_variants{state="Ready"} 2"#,
+            r#"mutant_operator_mutation_variants{state="Invalid"} 0"#,
+            r#"mutant_operator_mutation_variants{state="Conflict"} 1"#,
+        ],
+    );
 
     // A deletion shows at the next scrape.
     m_writer.apply_watcher_event(&watcher::Event::Delete(mutation(
@@ -260,15 +298,16 @@ fn gauges_follow_the_caches() {
         &[],
     )));
     let text = metrics.encode();
-    for line in [
-        r#"mutant_operator_managed_objects{kind="Mutation"} 1"#,
-        r#"mutant_operator_variants{kind="Mutation"} 2"#,
-        r#"mutant_operator_mutation_variants{state="Ready"} 0"#,
-        r#"mutant_operator_mutation_variants{state="Progressing"} 1"#,
-        r#"mutant_operator_mutation_variants{state="Conflict"} 0"#,
-    ] {
-        assert_line(&text, line);
-    }
+    assert_lines(
+        &text,
+        &[
+            r#"mutant_operator_managed_objects{kind="Mutation"} 1"#,
+            r#"mutant_operator_variants{kind="Mutation"} 2"#,
+            r#"mutant_operator_mutation_variants{state="Ready"} 0"#,
+            r#"mutant_operator_mutation_variants{state="Progressing"} 1"#,
+            r#"mutant_operator_mutation_variants{state="Conflict"} 0"#,
+        ],
+    );
 }
 
 #[cfg(target_os = "linux")]
@@ -363,17 +402,18 @@ fn prometheus_text_format() {
     metrics.reconciled(OwnerKind::Mutation, Duration::from_millis(20), None);
     metrics.set_leader(true);
     let text = metrics.encode_text();
-    for line in [
-        "# TYPE mutant_operator_reconciliations_total counter",
-        r#"mutant_operator_reconciliations_total{kind="Mutation",outcome="ok"} 1"#,
-        "# TYPE mutant_operator_reconcile_duration_seconds histogram",
-        r#"mutant_operator_reconcile_duration_seconds_count{kind="Mutation",outcome="ok"} 1"#,
-        "# TYPE mutant_operator_mutation_variants gauge",
-        r#"mutant_operator_mutation_variants{state="Conflict"} 0"#,
-        "mutant_operator_leader 1",
-    ] {
-        assert_line(&text, line);
-    }
+    assert_lines(
+        &text,
+        &[
+            "# TYPE mutant_operator_reconciliations_total counter",
+            r#"mutant_operator_reconciliations_total{kind="Mutation",outcome="ok"} 1"#,
+            "# TYPE mutant_operator_reconcile_duration_seconds histogram",
+            r#"mutant_operator_reconcile_duration_seconds_count{kind="Mutation",outcome="ok"} 1"#,
+            "# TYPE mutant_operator_mutation_variants gauge",
+            r#"mutant_operator_mutation_variants{state="Conflict"} 0"#,
+            "mutant_operator_leader 1",
+        ],
+    );
     assert!(!text.contains("# EOF"));
     assert!(!text.contains("# UNIT"));
 }

@@ -40,19 +40,19 @@ pub trait MetaView: Sync {
     fn controller(&self) -> Option<ControllerRef<'_>>;
 }
 
+/// The accessors of [`MetaView`] that read an optional text field of the same name.
+macro_rules! optional_fields {
+    ($($field:ident),+) => {
+        $(
+            fn $field(&self) -> Option<&str> {
+                self.$field.as_deref()
+            }
+        )+
+    };
+}
+
 impl MetaView for ObjectMeta {
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
+    optional_fields!(name, namespace, uid, resource_version);
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key).map(String::as_str)
     }
@@ -87,6 +87,15 @@ pub struct OwnerRef {
 }
 
 impl OwnerRef {
+    /// What [`MetaView::controller`] tells of this reference.
+    fn reference(&self) -> ControllerRef<'_> {
+        ControllerRef {
+            kind: self.part(1),
+            name: self.part(2),
+            uid: self.part(3),
+        }
+    }
+
     fn part(&self, i: usize) -> &str {
         let start = match i {
             0 => 0,
@@ -197,31 +206,16 @@ impl Meta {
 }
 
 impl MetaView for Meta {
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
+    optional_fields!(name, namespace, uid, resource_version);
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key)
     }
     fn controller(&self) -> Option<ControllerRef<'_>> {
-        self.owner_references
+        let references = self.owner_references.as_deref()?;
+        references
             .iter()
-            .flatten()
             .find(|r| r.controller == Some(true))
-            .map(|r| ControllerRef {
-                kind: r.part(1),
-                name: r.part(2),
-                uid: r.part(3),
-            })
+            .map(OwnerRef::reference)
     }
 }
 
