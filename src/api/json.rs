@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::{
     ContainerOverride, DeviceAccess, EmbeddedJson, Mutation, ServicePortSpec, ServiceProtocol,
-    ServiceSpec, ServiceType, Toleration, Variant, VariantStatus,
+    ServiceSpec, ServiceType, StrMap, Toleration, Variant, VariantStatus,
 };
 
 use super::placement::{ContainerRequest, TolerationRequest};
@@ -181,36 +181,37 @@ pub struct ScaleRequest {
     pub instances: i32,
 }
 
-/// A variant as the API shows it.
+/// A variant as the API shows it, borrowed from the cached Mutation: a GET serialises it
+/// without copying a string of it.
 #[derive(Serialize, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct VariantView {
+pub struct VariantView<'a> {
     /// The variant's label.
-    pub label: String,
+    pub label: &'a str,
     /// Its extra environment.
-    pub env: BTreeMap<String, String>,
+    pub env: &'a StrMap,
     /// Its replica count.
     pub instances: i32,
     /// Its node labels (R37); left out when it has none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
+    pub node_selector: &'a BTreeMap<String, String>,
     /// Its tolerations; left out when it has none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
+    #[serde(skip_serializing_if = "<[Toleration]>::is_empty")]
+    pub tolerations: &'a [Toleration],
     /// Its containers' images and resources; left out when it changes none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub containers: Vec<ContainerOverride>,
+    #[serde(skip_serializing_if = "<[ContainerOverride]>::is_empty")]
+    pub containers: &'a [ContainerOverride],
     /// Whether the API may change it (false for an Argo CD synced Mutation without
     /// runtime variants).
     pub read_only: bool,
     /// What the controller last reported for it; null until then.
-    pub status: Option<VariantStatus>,
+    pub status: Option<&'a VariantStatus>,
 }
 
 /// A Mutation as the API shows it.
 #[derive(Serialize, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct MutationView {
+pub struct MutationView<'a> {
     /// metadata.name.
     pub name: String,
     /// metadata.namespace.
@@ -218,7 +219,7 @@ pub struct MutationView {
     /// The base Deployment, written out as kept.
     pub deployment: EmbeddedJson,
     /// Its variants.
-    pub variants: Vec<VariantView>,
+    pub variants: Vec<VariantView<'a>>,
     /// Name of its token's Secret; null until the controller has made it.
     pub secret: Option<String>,
     /// "N/M variants ready"; null until the controller has reported.
@@ -230,32 +231,31 @@ pub struct MutationView {
 }
 
 /// The status the controller reported for the n-th variant (matched by position and label).
-fn variant_status(m: &Mutation, index: usize, label: &str) -> Option<VariantStatus> {
+fn variant_status<'a>(m: &'a Mutation, index: usize, label: &str) -> Option<&'a VariantStatus> {
     let reported = &m.status.as_ref()?.variants;
     reported
         .get(index)
         .filter(|s| s.label == label)
         .or_else(|| reported.iter().find(|s| s.label == label))
-        .cloned()
 }
 
 /// Renders the variant at `index`.
-pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView> {
+pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView<'_>> {
     let v = m.spec.variants.get(index)?;
     Some(VariantView {
-        label: v.label.clone(),
-        env: v.env.to_map(),
+        label: &v.label,
+        env: &v.env,
         instances: v.instances,
-        node_selector: v.node_selector.clone(),
-        tolerations: v.tolerations.clone(),
-        containers: v.containers.clone(),
+        node_selector: &v.node_selector,
+        tolerations: &v.tolerations,
+        containers: &v.containers,
         read_only: m.variants_read_only(),
         status: variant_status(m, index, &v.label),
     })
 }
 
 /// Renders a Mutation.
-pub fn mutation_view(m: &Mutation) -> MutationView {
+pub fn mutation_view(m: &Mutation) -> MutationView<'_> {
     let status = m.status.as_ref();
     MutationView {
         name: m.name_any(),

@@ -33,10 +33,8 @@ const SECRET_WAIT: Duration = Duration::from_secs(5);
 
 /// `GET /api/v1/namespaces/{ns}/mutations`: every Mutation of the namespace, by name.
 pub fn list(state: &ApiState, ns: &str) -> ApiResult {
-    let mut items: Vec<_> = state
-        .caches
-        .mutations
-        .state()
+    let cached = state.caches.mutations.state();
+    let mut items: Vec<_> = cached
         .iter()
         .filter(|m| m.namespace().as_deref() == Some(ns))
         .map(|m| mutation_view(m))
