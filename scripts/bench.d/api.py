@@ -112,31 +112,41 @@ def get_load(b, name, prefix, at, token):
     b.R[f"{prefix}wrk_errors"] = res.get("socket_errors", "none")
 
 
-def get_instructions(b, name, binary, prefix, url, token):
-    """The instructions (user space) one GET costs, counted by callgrind over GET_COUNT
-    sequential GETs after 200 warm-up ones: unlike req/s, the same whatever else the machine
-    does. Result in R[<prefix>instr]."""
+def get_instructions(b, name, binary, prefix, url, token, env=None, cafile=None):
+    """The instructions (user space) one GET costs on a kept-alive connection, counted by
+    callgrind: unlike req/s, the same whatever else the machine does. After 200 warm-up GETs,
+    a client connects and sends one GET (callgrind's first dump), then another connects and
+    sends GET_COUNT + 1 (the second); the difference over GET_COUNT leaves out the connection
+    (and over HTTPS, where `env` names the certificate and `cafile` checks it, the handshake).
+    Result in R[<prefix>instr]."""
     out = b.path(f"callgrind-{name}.out")
     b.start_operator(f"callgrind-{name}", ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                           f"--callgrind-out-file={out}"], binary)
+                                           f"--callgrind-out-file={out}"], binary, env=env)
     pid = str(b.operator.pid)
-    latency.client(200, "GET", url, token, "")
+    latency.client(200, "GET", url, token, "", cafile=cafile)
     run(["callgrind_control", "-i", "on", pid], stdout=subprocess.DEVNULL)
-    latency.client(GET_COUNT, "GET", url, token, "")
-    run(["callgrind_control", "-d", pid], stdout=subprocess.DEVNULL)
+    for n in (1, GET_COUNT + 1):
+        latency.client(n, "GET", url, token, "", cafile=cafile)
+        run(["callgrind_control", "-d", pid], stdout=subprocess.DEVNULL)
     run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNULL)
     b.stop_operator()
+    one, many = (dumped(f"{out}.{i}") for i in (1, 2))
+    if one <= 0 or many <= one:
+        die(f"callgrind counted no instructions for {name} (see {out}*)")
+    b.R[f"{prefix}instr"] = str((many - one) // GET_COUNT)
+    log(f"{name}: {b.R[prefix + 'instr']} instructions per GET")
+
+
+def dumped(path):
+    """The instructions of one callgrind dump (its summary lines), 0 without it."""
     total = 0
     try:
-        for line in open(f"{out}.1"):
+        for line in open(path):
             if line.startswith("summary:"):
                 total += int(line.split()[1])
     except OSError:
         pass
-    if total <= 0:
-        die(f"callgrind counted no instructions for {name} (see {out}*)")
-    b.R[f"{prefix}instr"] = str(total // GET_COUNT)
-    log(f"{name}: {b.R[prefix + 'instr']} instructions per GET")
+    return total
 
 
 def measure(b):
@@ -187,24 +197,24 @@ def measure_pinned(b, ns):
                 "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
                 "-keyout", tls / "tls.key", "-out", tls / "tls.crt"], check=False, stdout=err, stderr=err).returncode:
             die(f"openssl could not make the bench's certificate (see {tls / 'openssl.log'})")
-    b.start_operator("api-tls", pinned, env={"MUTANT_API_TLS_CERT_FILE": str(tls / "tls.crt"),
-                                             "MUTANT_API_TLS_KEY_FILE": str(tls / "tls.key")})
+    tls_env = {"MUTANT_API_TLS_CERT_FILE": str(tls / "tls.crt"), "MUTANT_API_TLS_KEY_FILE": str(tls / "tls.key")}
+    b.start_operator("api-tls", pinned, env=tls_env)
     if request("GET", f"{https}/mutations/w/variants/a", token, cafile=str(tls / "tls.crt")) != 200:
         die(f"GET over HTTPS failed (see {b.path(f'operator-{b.op_count}-api-tls.log')})")
     get_load(b, "tls", "tls_", https, token)
     b.stop_operator()
-    b.start_operator("api", pinned)
-    # The musl binary right after, pinned the same way, on the same Mutation; then the glibc
-    # one again for the writes.
+    # The musl binary right after, pinned the same way, on the same Mutation; then the
+    # instructions per GET of each (and over HTTPS); then the glibc one again for the writes.
     if R["musl"] == "measured":
-        b.stop_operator()
         b.start_operator("api-musl", pinned, MUSL_BIN)
         get_load(b, "musl", "musl_", api, token)
         b.stop_operator()
-        if need("valgrind", "valgrind", optional=True):
-            get_instructions(b, "glibc", BIN, "", get, token)
+    if need("valgrind", "valgrind", optional=True):
+        get_instructions(b, "glibc", BIN, "", get, token)
+        get_instructions(b, "tls", BIN, "tls_", f"{https}/mutations/w/variants/a", token, tls_env, tls / "tls.crt")
+        if R["musl"] == "measured":
             get_instructions(b, "musl", MUSL_BIN, "musl_", get, token)
-        b.start_operator("api-writes", pinned)
+    b.start_operator("api-writes", pinned)
 
     # Writes: sequential, one at a time over one keep-alive connection, timed by the client;
     # the API server's histogram of the same period beside them.
@@ -220,8 +230,7 @@ def measure_pinned(b, ns):
     if float(R["rps"]) < RPS_TARGET or float(R["p99"]) > P99_TARGET_MS:
         cpu_profile(b, "", pinned, get, token, {})
     if R.get("tls_p99") not in (None, "") and float(R["tls_p99"]) > P99_TARGET_MS:
-        cpu_profile(b, "tls-", pinned, f"{https}/mutations/w/variants/a", token,
-                    {"MUTANT_API_TLS_CERT_FILE": str(tls / "tls.crt"), "MUTANT_API_TLS_KEY_FILE": str(tls / "tls.key")})
+        cpu_profile(b, "tls-", pinned, f"{https}/mutations/w/variants/a", token, tls_env)
 
 
 def cpu_profile(b, prefix, pinned, url, token, env):

@@ -33,7 +33,7 @@ LEASE_NS = "mutantops-bench"
 
 # Settings from the environment (MUTANTOPS_BENCH_<name>), as scripts/bench's header lists them;
 # the ones a report needs are saved with the results.
-SETTINGS = ["N", "V", "PARALLEL", "STEADY_SECONDS", "WRK_SECONDS", "WRITES", "STARTS", "TIMEOUT",
+SETTINGS = ["N", "V", "PARALLEL", "STEADY_SECONDS", "WRK_SECONDS", "WRITES", "STARTS", "TIMEOUT", "RESTARTS",
             "DO_SIZE", "DO_MUSL", "DO_PEER", "DO_CURVE", "CURVE"]
 ENV_NAMES = {"N": "MUTATIONS", "V": "VARIANTS"}
 
@@ -97,6 +97,30 @@ def row(figure, measured, target, result):
 
 def kib_mib(kib):
     return f"{float(kib) / 1024:.1f} MiB"
+
+
+# Memory at 1000 x 5 (issue 28), for the glibc and the musl binary alike.
+SCALE_RSS_TARGET_KIB = 24 * 1024   # after converging, and after a restart settled
+PEAK_RSS_TARGET_KIB = 28 * 1024    # while converging, and a restart's
+
+
+def runs_mib(runs):
+    """A run's repeated figures (KiB, space-separated) as "a, b, c MiB", or "" without them."""
+    return ", ".join(f"{float(k) / 1024:.1f}" for k in (runs or "").split()) + " MiB" if runs else ""
+
+
+def restarts(R, name, prefix):
+    """A restart's peak and settled RSS (`prefix`_hwm, _rss): the worst of the run's restarts,
+    and each of them (_hwm_runs, _rss_runs) when there were several. `name` heads the rows."""
+    hwm, rss = R.get(f"{prefix}_hwm_runs", ""), R.get(f"{prefix}_rss_runs", "")
+    n = len(hwm.split())
+    worst = f", the worst of {n} restarts" if n > 1 else ""
+    yield row(f"{name}peak RSS of a restart: full list + reconcile of all (VmHWM{worst})",
+              kib_mib(R[f"{prefix}_hwm"]) + (f" ({runs_mib(hwm)})" if n > 1 else ""), "≤ 28 MiB",
+              met(le(R[f"{prefix}_hwm"], PEAK_RSS_TARGET_KIB)))
+    yield row(f"{name}RSS after that restart settled (VmRSS{worst})",
+              kib_mib(R[f"{prefix}_rss"]) + (f" ({runs_mib(rss)})" if n > 1 else ""), "≤ 24 MiB",
+              met(le(R[f"{prefix}_rss"], SCALE_RSS_TARGET_KIB)))
 
 
 def bytes_mib(b):
@@ -233,9 +257,10 @@ class Bench:
 
     def __init__(self, flags):
         env = os.environ
-        for name in ("N", "V", "PARALLEL", "STEADY_SECONDS", "WRK_SECONDS", "WRITES", "STARTS", "TIMEOUT"):
-            default = {"N": "1000", "V": "5", "PARALLEL": "4", "STEADY_SECONDS": "60",
-                       "WRK_SECONDS": "10", "WRITES": "100", "STARTS": "5", "TIMEOUT": "480"}[name]
+        for name in ("N", "V", "PARALLEL", "STEADY_SECONDS", "WRK_SECONDS", "WRITES", "STARTS", "TIMEOUT",
+                     "RESTARTS"):
+            default = {"N": "1000", "V": "5", "PARALLEL": "4", "STEADY_SECONDS": "60", "WRK_SECONDS": "10",
+                       "WRITES": "100", "STARTS": "5", "TIMEOUT": "480", "RESTARTS": "3"}[name]
             key = ENV_NAMES.get(name, name)
             setattr(self, name, positive(key, env.get(f"MUTANTOPS_BENCH_{key}", default)))
         self.PEER_TIMEOUT = positive("PEER_TIMEOUT", env.get("MUTANTOPS_BENCH_PEER_TIMEOUT", str(2 * self.TIMEOUT)))

@@ -5,12 +5,15 @@ Mutations, from two /metrics snapshots).
 
 Run as a script, the sequential client alone (api.py runs it pinned with taskset):
 
-  latency.py N METHOD URL TOKEN BODY   N requests, {i} in the URL and BODY replaced by the
-                                       request's index (0000, 0001, ...); JSON with p50/p99/max
+  latency.py N METHOD URL TOKEN BODY [CAFILE]
+                                       N requests, {i} in the URL and BODY replaced by the
+                                       request's index (0000, 0001, ...); JSON with p50/p99/max;
+                                       an https URL is checked against CAFILE
 """
 
 import http.client
 import json
+import ssl
 import statistics
 import subprocess
 import sys
@@ -20,9 +23,16 @@ import urllib.parse
 from common import die, log, num, write_json
 
 
-def sequential(n, method, url, token, body_template):
+def connect(u, cafile):
+    if u.scheme == "https":
+        return http.client.HTTPSConnection(u.hostname, u.port, timeout=30,
+                                           context=ssl.create_default_context(cafile=cafile))
+    return http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+
+
+def sequential(n, method, url, token, body_template, cafile=None):
     u = urllib.parse.urlsplit(url)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c = connect(u, cafile)
     times = []
     for i in range(n):
         path = u.path.replace("{i}", f"{i:04d}")
@@ -38,7 +48,7 @@ def sequential(n, method, url, token, body_template):
         times.append(elapsed)
         if r.getheader("Connection", "").lower() == "close":
             c.close()
-            c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+            c = connect(u, cafile)
     c.close()
     times.sort()
 
@@ -49,10 +59,11 @@ def sequential(n, method, url, token, body_template):
             "mean_ms": round(statistics.mean(times) * 1000, 2)}
 
 
-def client(n, method, url, token, body, pin=None):
+def client(n, method, url, token, body, pin=None, cafile=None):
     """sequential() in a process of its own (pinned to CPU `pin` with taskset)."""
     cmd = ["taskset", "-c", pin] if pin else []
-    p = subprocess.run([*cmd, sys.executable, __file__, str(n), method, url, token, body],
+    p = subprocess.run([*cmd, sys.executable, __file__, str(n), method, url, token, body,
+                        *([str(cafile)] if cafile else [])],
                        stdout=subprocess.PIPE, text=True, check=False)
     if p.returncode:
         die(f"the sequential client failed ({method} {url})")
@@ -147,7 +158,7 @@ def measure(b, api, token):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 6:
+    if len(sys.argv) not in (6, 7):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     print(json.dumps(sequential(int(sys.argv[1]), *sys.argv[2:])))
