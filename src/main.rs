@@ -7,7 +7,9 @@ use mutantops::cli::{self, Command};
 
 /// The binary allocates with dlmalloc, not musl's mallocng, which kept half as much memory
 /// again after a relist at scale, nor glibc's malloc, whose per-thread arenas each keep what
-/// the watches' list pages and the reconciles freed (see Cargo.toml).
+/// the watches' list pages and the reconciles freed (see Cargo.toml). The `system-allocator`
+/// feature leaves the system's malloc in place, for heap profilers (scripts/bench).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 

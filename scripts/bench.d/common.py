@@ -29,6 +29,10 @@ STATIC_BIN = STATIC_DIR / "x86_64-unknown-linux-gnu/release/mutantops"
 MUSL_BIN = REPO / "target/musl/x86_64-unknown-linux-musl/mutantops"
 BLOAT_DIR = Path(os.environ.get("MUTANTOPS_BLOAT_TARGET_DIR") or REPO / "target/bloat")
 SYM_BIN = BLOAT_DIR / "release/mutantops"
+# The memory profile's build: unstripped, with the system's malloc (feature system-allocator),
+# which heaptrack sees and dlmalloc is not.
+HEAP_DIR = Path(os.environ.get("MUTANTOPS_HEAP_TARGET_DIR") or REPO / "target/heap")
+HEAP_BIN = HEAP_DIR / "release/mutantops"
 LEASE_NS = "mutantops-bench"
 
 # Settings from the environment (MUTANTOPS_BENCH_<name>), as scripts/bench's header lists them;

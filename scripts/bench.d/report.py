@@ -257,8 +257,9 @@ def profiles_text(b):
                            f"{num(g['live_mib'])} MiB ({num(g['live_share'])}%) |" for g in h["groups"])
         out += f"""## Memory profile of a restart at scale
 
-The restart above, run once more under `heaptrack` with the unstripped build (same source and
-profile, `target/bloat`), then `heaptrack_print --print-flamegraph --flamegraph-cost-type peak`:
+The restart above, run once more under `heaptrack` with an unstripped build of the same source
+and profile with the system's malloc (`--features system-allocator`, `target/heap`: heaptrack
+sees malloc, not the dlmalloc heap of the release binary), then `heaptrack_print --print-flamegraph --flamegraph-cost-type peak`:
 the heap at its peak, and (`--flamegraph-cost-type leaked`, the process being killed with
 SIGKILL once the reconciles were done) what was still live then, grouped by `profiles.py`
 by the outermost code that allocated it. heaptrack slows the process and counts only the

@@ -14,7 +14,8 @@ import time
 import converge
 import profiles
 import steady
-from common import MUSL_BIN, SYM_BIN, die, joined, log, need, num, step, suffix, tenths, write_json
+from common import (HEAP_BIN, HEAP_DIR, MUSL_BIN, REPO, die, joined, log, need, num, step, suffix, tail, tenths,
+                    write_json)
 
 
 def measure(b):
@@ -89,7 +90,7 @@ def measure(b):
         spread(R, "musl_relist", rss, hwm)
 
     R["profile"] = "skipped"
-    if b.PROFILE and b.DO_SIZE and SYM_BIN.is_file() and need("heaptrack", "heaptrack", optional=True):
+    if b.PROFILE and b.DO_SIZE and need("heaptrack", "heaptrack", optional=True):
         heap_profile(b)
 
 
@@ -102,8 +103,17 @@ def spread(R, prefix, rss, hwm):
 
 
 def heap_profile(b):
-    step(f"memory profile of the same restart: heaptrack on the unstripped build ({SYM_BIN})")
-    b.start_operator("heaptrack", ["heaptrack", "-o", b.path("heaptrack")], SYM_BIN)
+    step(f"memory profile of the same restart: heaptrack on an unstripped build with the system's malloc ({HEAP_BIN})")
+    # heaptrack sees malloc; the release binary allocates with dlmalloc, whose heap it does
+    # not see: the same source, built with the feature that keeps malloc.
+    with open(b.path("heap-build.log"), "w") as out:
+        if subprocess.run(["cargo", "build", "--release", "--locked", "--features", "system-allocator"], cwd=REPO,
+                          stdout=out, stderr=subprocess.STDOUT,
+                          env=dict(os.environ, CARGO_PROFILE_RELEASE_STRIP="false",
+                                   CARGO_TARGET_DIR=str(HEAP_DIR))).returncode:
+            tail(b.path("heap-build.log"), 30)
+            die("the memory profile's build failed")
+    b.start_operator("heaptrack", ["heaptrack", "-o", b.path("heaptrack")], HEAP_BIN)
     b.wait_reconciled(b.N, 600)
     # KILL, not TERM: what heaptrack then reports as leaked is what was live at this
     # moment (a clean shutdown would free the caches first).
