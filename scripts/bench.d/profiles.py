@@ -10,20 +10,23 @@ from common import die
 # Groups of the memory profile: the first group with an alternative whose substrings all occur
 # in a stack's frames names the stack's allocation.
 HEAP_GROUPS = [
+    # Objects the watch streams decoded and the reflector stores keep (a copy each), by kind
+    # where the stack names it: the compact types of mutantops::variant the watches turn them
+    # into, before that module's other code (which builds Deployments in reconciles).
+    ("watch cache: Deployments (variant::ObservedDeployment)",
+     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("ObservedDeployment",)]),
+    ("watch cache: Mutations (crd::Mutation)",
+     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("crd::spec::Mutation",)]),
+    ("watch cache: Secrets (variant::CachedSecret)",
+     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("CachedSecret",)]),
+    ("watch cache: Services (variant::ObservedService)",
+     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("ObservedService",)]),
     ("reconciles in flight: Deployments built from the base (mutantops::variant)",
      [("mutantops::variant::",)]),
     ("Event recorder: published Events, kept 6 minutes (kube-runtime events)",
      [("kube_runtime::events::",)]),
     ("reconciles in flight: their API requests and responses (kube-client)",
      [("kube_client::api::",)]),
-    # Objects the watch streams decoded and the reflector stores keep (a copy each), by kind
-    # where the stack names it.
-    ("watch cache: Deployments (k8s-openapi Deployment)",
-     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("deployment::Deployment",)]),
-    ("watch cache: Mutations (base as serde_json::Value, env maps)",
-     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("crd::Mutation",)]),
-    ("watch cache: Secrets",
-     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("secret::Secret",)]),
     ("watch caches: other (the stores' Arc boxes, list pages, maps: kind not in the stack)",
      [("kube_runtime::watcher",), ("EventDecode",), ("kube_runtime::reflector",), ("StreamBackoff",)]),
     ("reconciles in flight: their futures, boxed by the controller's runner (kube-runtime)",
