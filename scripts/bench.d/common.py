@@ -110,7 +110,7 @@ PEAK_RSS_TARGET_KIB = 28 * 1024    # while converging, and a restart's
 
 def runs_mib(runs):
     """A run's repeated figures (KiB, space-separated) as "a, b, c MiB", or "" without them."""
-    return ", ".join(f"{float(k) / 1024:.1f}" for k in (runs or "").split()) + " MiB" if runs else ""
+    return ", ".join(f"{float(k) / 1024:.1f}" for k in runs.split()) + " MiB" if runs else ""
 
 
 def restarts(R, name, prefix):
