@@ -10,6 +10,7 @@
 
 mod argo;
 pub mod compact;
+pub mod devices;
 mod embedded;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -23,6 +24,7 @@ mod spec;
 mod strmap;
 
 pub use argo::{ARGO_INSTANCE_LABEL, ARGO_TRACKING_ID, RUNTIME_VARIANTS};
+pub use devices::{DeviceState, DeviceStatus, DeviceSummary, DevicesSpec, Enrollment, Reported};
 pub use embedded::EmbeddedJson;
 pub use limits::DeviceAccess;
 pub use owner::{OwnerKind, OwnerResource};

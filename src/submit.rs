@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::variant::{self, DeploymentWire, FIELD_MANAGER, Refusal};
 
+pub mod devices;
 pub mod pod_security;
 
 /// POSTs `object` to the namespace's Deployments (strict field validation; `dry_run`: the

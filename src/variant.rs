@@ -37,6 +37,7 @@ pub mod access;
 mod baseline;
 mod build;
 pub mod converge;
+pub mod devices;
 mod meta;
 mod names;
 mod observed;

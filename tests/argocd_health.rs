@@ -239,6 +239,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
             variants: spec_variants,
             device_access: None,
             service: None,
+            devices: None,
         },
     );
     m.metadata.namespace = Some("default".to_owned());

@@ -433,6 +433,7 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         "patch mutantdeployments.neiam.org --subresource=status -n default".to_string(),
         "patch deployments.apps -n default".to_string(),
         "create secrets -n default".to_string(),
+        "update secrets -n default".to_string(),
         "create events.events.k8s.io -n default".to_string(),
         format!("update leases.coordination.k8s.io -n {}", ns.name),
         // R33: a namespace's opt-in label, by name.
@@ -442,6 +443,7 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     }
     for denied in [
         "delete secrets -n default",
+        "patch secrets -n default",
         "get pods -n default",
         "update leases.coordination.k8s.io -n default",
         "list namespaces",

@@ -1,8 +1,10 @@
 //! Who is calling (R20). Every `/api` request needs `Authorization: Bearer <token>`:
 //! the admin token (`MUTANT_API_TOKEN`) allows everything; a Mutation's own token (key `token`
 //! of its Secret `<name>-secret`, accepted only while that Secret is controlled by the
-//! Mutation) allows only that Mutation's GET and its variants. Tokens are compared in constant
-//! time and never logged or returned. Everything is read from the operator's caches, and no
+//! Mutation) allows only that Mutation's GET and its variants, or with `spec.devices` only the
+//! enrollment of devices; a device's token (its SHA-256 among those of Secret
+//! `<name>-devices`) only that device's record and its own variant (R39). Tokens are compared
+//! in constant time and never logged or returned. Everything is read from the operator's caches, and no
 //! Secret outside the operator's own is ever cached; only a token this replica cannot check
 //! yet makes the caller (`api::handle`) ask the API server, once and within a budget, whether
 //! its caches lag (`fresh.rs`).
@@ -11,10 +13,11 @@ use hyper::{HeaderMap, header::AUTHORIZATION};
 use kube::runtime::reflector::ObjectRef;
 use subtle::ConstantTimeEq as _;
 
+use super::routes::{Access, Action};
 use crate::{
     cache::Caches,
     config::Secret as Token,
-    variant::{is_controlled_by, secret_name},
+    variant::{devices::devices_secret_name, is_controlled_by, secret_name},
 };
 
 /// The one body of every 401, whatever the reason, so a Mutation's token cannot probe for
@@ -33,6 +36,17 @@ pub enum Caller {
         /// Its name.
         name: String,
     },
+    /// The token of device `id` of Mutation `name` (R39), which uses variant `variant`.
+    Device {
+        /// The Mutation's namespace.
+        namespace: String,
+        /// The Mutation's name.
+        name: String,
+        /// The device's id.
+        id: String,
+        /// The label of its variant.
+        variant: String,
+    },
 }
 
 impl Caller {
@@ -43,7 +57,85 @@ impl Caller {
             Caller::Mutation {
                 namespace: ns,
                 name: n,
+            }
+            | Caller::Device {
+                namespace: ns,
+                name: n,
+                ..
             } => ns == namespace && n == name,
+        }
+    }
+}
+
+/// Why a caller may not call a route: 401 (the readme's answer for a Mutation's token on an
+/// admin route) or 403 naming what was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// 401.
+    Unauthorized,
+    /// 403, with what was refused.
+    Forbidden(String),
+}
+
+/// What the Mutation's token is with `spec.devices` set.
+pub const ENROLLMENT_KEY_ONLY: &str = "with spec.devices set, the Mutation's token is an \
+    enrollment key: it may enroll devices (POST .../devices) and nothing else";
+
+/// Whether `caller` may call a route of `access` doing `action` with path parameters
+/// `label` and `id` (R20, R39); `devices_on`: the Mutation has `spec.devices`.
+pub fn permits(
+    caller: &Caller,
+    access: Access,
+    action: Action,
+    label: Option<&str>,
+    id: Option<&str>,
+    devices_on: bool,
+) -> Result<(), Denied> {
+    let forbidden = |what: String| Err(Denied::Forbidden(what));
+    match caller {
+        Caller::Admin if access == Access::DeviceOnly => forbidden(
+            "only the device's own token polls: a poll is that device's heartbeat".to_owned(),
+        ),
+        Caller::Admin => Ok(()),
+        Caller::Mutation { .. } => match access {
+            Access::Admin => Err(Denied::Unauthorized),
+            Access::Enroll => Ok(()),
+            Access::MutationToken if devices_on => forbidden(ENROLLMENT_KEY_ONLY.to_owned()),
+            Access::MutationToken => Ok(()),
+            Access::Device | Access::DeviceOnly => forbidden(
+                "the Mutation's token does not reach a device: use the device's own token"
+                    .to_owned(),
+            ),
+        },
+        Caller::Device {
+            id: own, variant, ..
+        } => {
+            let refused = |what: &str| {
+                forbidden(format!(
+                    "device {own:?}'s token reaches only its own record, its variant \
+                     {variant:?} and that variant's Service: {what} is refused"
+                ))
+            };
+            match (access, action) {
+                (Access::Device | Access::DeviceOnly, _) if id == Some(own.as_str()) => Ok(()),
+                (Access::Device | Access::DeviceOnly, _) => {
+                    refused(&format!("device {:?}", id.unwrap_or_default()))
+                }
+                (Access::MutationToken, Action::GetVariant | Action::ScaleVariant)
+                    if label == Some(variant.as_str()) =>
+                {
+                    Ok(())
+                }
+                (Access::MutationToken, Action::GetVariant | Action::ScaleVariant) => {
+                    refused(&format!("variant {:?}", label.unwrap_or_default()))
+                }
+                (Access::Enroll, _) => refused("enrolling a device"),
+                (Access::MutationToken, Action::AddVariant) => refused("adding a variant"),
+                (Access::MutationToken, Action::RemoveVariant) => refused("removing a variant"),
+                (Access::MutationToken, Action::ListVariants) => refused("listing the variants"),
+                (Access::MutationToken, Action::GetMutation) => refused("reading the Mutation"),
+                _ => refused("this admin route"),
+            }
         }
     }
 }
@@ -112,10 +204,31 @@ impl Auth {
         if !is_controlled_by(&secret.metadata, uid) {
             return None;
         }
-        let expected = secret.token.as_deref()?;
-        constant_time_eq(expected, token.as_bytes()).then(|| Caller::Mutation {
+        if let Some(expected) = secret.token.as_deref()
+            && constant_time_eq(expected, token.as_bytes())
+        {
+            return Some(Caller::Mutation {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        }
+        // R39: a device's token, checked against the hashes of the Mutation's devices Secret,
+        // while the Mutation has spec.devices.
+        owner.spec.devices.as_ref()?;
+        let devices = caches
+            .secrets
+            .get(&ObjectRef::new(&devices_secret_name(name)).within(namespace))?;
+        if !is_controlled_by(&devices.metadata, uid) {
+            return None;
+        }
+        let registry = devices.devices.as_deref()?;
+        let id = registry.device_of(token)?;
+        let variant = registry.devices.get(id)?.variant.clone();
+        Some(Caller::Device {
             namespace: namespace.to_string(),
             name: name.to_string(),
+            id: id.to_string(),
+            variant,
         })
     }
 }
@@ -170,5 +283,114 @@ mod tests {
         assert!(!caller.may_use("ns", "other"));
         assert!(!caller.may_use("other", "web"));
         assert!(Caller::Admin.may_use("any", "thing"));
+    }
+
+    // R20, R39: what each credential may call, with and without spec.devices
+    #[test]
+    fn each_credential_reaches_what_it_may() {
+        let token = Caller::Mutation {
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        let device = Caller::Device {
+            namespace: "ns".into(),
+            name: "web".into(),
+            id: "board-8".into(),
+            variant: "radxa".into(),
+        };
+        let allowed = |caller: &Caller, action: Action, label, id, on| {
+            let route = crate::api::ROUTES
+                .iter()
+                .find(|r| r.action == action)
+                .unwrap_or_else(|| panic!("{action:?}"));
+            permits(caller, route.access, action, label, id, on)
+        };
+        let forbidden = |r: Result<(), Denied>| matches!(r, Err(Denied::Forbidden(_)));
+        // the admin: everything but a device's heartbeat
+        assert_eq!(
+            allowed(&Caller::Admin, Action::ListDevices, None, None, true),
+            Ok(())
+        );
+        assert!(forbidden(allowed(
+            &Caller::Admin,
+            Action::Poll,
+            None,
+            Some("board-8"),
+            true
+        )));
+        // a Mutation's token without spec.devices: the readme's rights
+        assert_eq!(
+            allowed(&token, Action::AddVariant, None, None, false),
+            Ok(())
+        );
+        assert_eq!(
+            allowed(&token, Action::ListMutations, None, None, false),
+            Err(Denied::Unauthorized)
+        );
+        // with spec.devices: enrollment only
+        assert_eq!(
+            allowed(&token, Action::EnrollDevice, None, None, true),
+            Ok(())
+        );
+        for action in [
+            Action::AddVariant,
+            Action::GetMutation,
+            Action::ScaleVariant,
+        ] {
+            assert_eq!(
+                allowed(&token, action, Some("radxa"), None, true),
+                Err(Denied::Forbidden(ENROLLMENT_KEY_ONLY.to_owned())),
+                "{action:?}"
+            );
+        }
+        assert!(forbidden(allowed(
+            &token,
+            Action::GetDevice,
+            None,
+            Some("board-8"),
+            true
+        )));
+        // a device: its own record and variant, nothing else
+        for action in [
+            Action::GetDevice,
+            Action::RemoveDevice,
+            Action::RotateToken,
+            Action::Poll,
+        ] {
+            assert_eq!(
+                allowed(&device, action, None, Some("board-8"), true),
+                Ok(())
+            );
+            let other = allowed(&device, action, None, Some("board-9"), true);
+            assert!(
+                matches!(&other, Err(Denied::Forbidden(m)) if m.contains("device \"board-9\"")),
+                "{other:?}"
+            );
+        }
+        for action in [Action::GetVariant, Action::ScaleVariant] {
+            assert_eq!(allowed(&device, action, Some("radxa"), None, true), Ok(()));
+            assert!(forbidden(allowed(
+                &device,
+                action,
+                Some("admin-only"),
+                None,
+                true
+            )));
+        }
+        for action in [
+            Action::RemoveVariant,
+            Action::AddVariant,
+            Action::ListVariants,
+            Action::GetMutation,
+            Action::EnrollDevice,
+            Action::ListDevices,
+            Action::DeleteMutation,
+        ] {
+            assert!(
+                forbidden(allowed(&device, action, Some("radxa"), None, true)),
+                "{action:?}"
+            );
+        }
+        assert!(device.may_use("ns", "web") && !device.may_use("ns", "other"));
     }
 }

@@ -208,7 +208,7 @@ pub(crate) fn cached_mutation(
         .get(&ObjectRef::new(name).within(ns))
         .ok_or_else(|| match caller {
             Caller::Admin => ApiError::not_found(format!("mutation {ns}/{name} not found")),
-            Caller::Mutation { .. } => ApiError::unauthorized(),
+            Caller::Mutation { .. } | Caller::Device { .. } => ApiError::unauthorized(),
         })
 }
 

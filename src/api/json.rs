@@ -8,8 +8,9 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{
-    ContainerOverride, DeviceAccess, EmbeddedJson, Mutation, ServicePortSpec, ServiceProtocol,
-    ServiceSpec, ServiceType, StrMap, Toleration, Variant, VariantStatus,
+    ContainerOverride, DeviceAccess, DevicesSpec, EmbeddedJson, Enrollment, Mutation,
+    ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, StrMap, Toleration, Variant,
+    VariantStatus,
 };
 
 use super::placement::{ContainerRequest, TolerationRequest};
@@ -31,6 +32,46 @@ pub struct CreateMutation {
     /// A Service per variant (`spec.service`, R36); none when left out.
     #[serde(default)]
     pub service: Option<ServiceRequest>,
+    /// Devices of their own (`spec.devices`, R39); none when left out.
+    #[serde(default)]
+    pub devices: Option<DevicesRequest>,
+}
+
+/// `devices` of `POST .../mutations`: [`DevicesSpec`], refusing unknown fields.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DevicesRequest {
+    /// [`DevicesSpec::enrollment`].
+    #[serde(default)]
+    pub enrollment: Enrollment,
+    /// [`DevicesSpec::open_until`].
+    #[serde(default)]
+    pub open_until: Option<String>,
+    /// [`DevicesSpec::max_devices`].
+    #[serde(default)]
+    pub max_devices: Option<i32>,
+    /// [`DevicesSpec::late_after`].
+    #[serde(default)]
+    pub late_after: Option<String>,
+    /// [`DevicesSpec::gone_after`].
+    #[serde(default)]
+    pub gone_after: Option<String>,
+    /// [`DevicesSpec::persist_every`].
+    #[serde(default)]
+    pub persist_every: Option<String>,
+}
+
+impl From<DevicesRequest> for DevicesSpec {
+    fn from(r: DevicesRequest) -> Self {
+        DevicesSpec {
+            enrollment: r.enrollment,
+            open_until: r.open_until,
+            max_devices: r.max_devices,
+            late_after: r.late_after,
+            gone_after: r.gone_after,
+            persist_every: r.persist_every,
+        }
+    }
 }
 
 /// `deviceAccess` of `POST .../mutations`: [`DeviceAccess`], refusing unknown fields.

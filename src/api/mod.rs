@@ -9,15 +9,17 @@
 //! shapes, `auth` who calls, `budget` what a caller may cost the API server, `error` the
 //! handlers' error and its status codes, `state` what handlers share and the edit locks,
 //! `body` reading request bodies, `check` the checks with the API server before a write,
-//! `fresh` the reads and waits on the cache (across replicas too), `mutations` and `variants`
-//! the handlers.
+//! `fresh` the reads and waits on the cache (across replicas too), `heartbeats` what this
+//! replica heard from devices, `mutations`, `variants` and `devices` the handlers.
 
 pub mod auth;
 mod body;
 mod budget;
 mod check;
+mod devices;
 mod error;
 mod fresh;
+mod heartbeats;
 mod json;
 mod mutations;
 mod placement;
@@ -32,13 +34,13 @@ use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 use crate::{
     cache::Serving,
     http::{self, Body},
-    variant::{validate_label, validate_name},
+    variant::{devices::validate_device_id, validate_label, validate_name},
 };
-use auth::Caller;
+use auth::{Caller, Denied};
 use body::read_json;
 use error::{ApiError, ApiResult};
 pub use routes::ROUTES;
-use routes::{Access, Action, Params, Resolved};
+use routes::{Action, Params, Resolved};
 pub use state::ApiState;
 
 /// Serves one request.
@@ -56,7 +58,7 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
     response
 }
 
-async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
+async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
     let path = req.uri().path().to_string();
     let (route, params) = match routes::resolve(req.method(), &path) {
         Resolved::NotFound => return Ok(http::not_found()),
@@ -83,7 +85,12 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
             ));
         }
     }
-    let Params { ns, name, label } = params;
+    let Params {
+        ns,
+        name,
+        label,
+        id,
+    } = params;
     let served = state.serves(ns);
     let mut caller = state.auth.caller(req.headers(), &state.caches, ns, name);
     // A token this replica cannot check may belong to a Mutation made through another one:
@@ -122,18 +129,35 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
                 "this operator serves only namespaces {:?}",
                 state.namespaces.as_deref().unwrap_or_default()
             )),
-            Caller::Mutation { .. } => ApiError::unauthorized(),
+            Caller::Mutation { .. } | Caller::Device { .. } => ApiError::unauthorized(),
         });
     }
-    if route.access == Access::Admin && caller != Caller::Admin {
-        return Err(ApiError::unauthorized());
+    // R20, R39: what this caller may call; with spec.devices the Mutation's token enrolls
+    // only, and a device's token reaches only its own record and variant.
+    let devices_on = name.is_some_and(|name| {
+        state
+            .caches
+            .mutations
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+            .is_some_and(|m| m.spec.devices.is_some())
+    });
+    match auth::permits(&caller, route.access, route.action, label, id, devices_on) {
+        Ok(()) => {}
+        Err(Denied::Unauthorized) => return Err(ApiError::unauthorized()),
+        Err(Denied::Forbidden(what)) => return Err(ApiError::forbidden(what)),
     }
+    // R40: every request of a device is its heartbeat.
+    devices::heard_from(state, &caller, req.headers())?;
     // A read that must reflect every write acknowledged before it, through any replica.
     if req.method() == Method::GET && fresh::wants_validation(req.headers()) {
         fresh::validate(state, &caller, ns, name).await?;
     }
     // The table gives every route below a Mutation its name, and every variant route a label.
-    let (name, label) = (name.unwrap_or_default(), label.unwrap_or_default());
+    let (name, label, id) = (
+        name.unwrap_or_default(),
+        label.unwrap_or_default(),
+        id.unwrap_or_default(),
+    );
     let at = variants::At { ns, name, label };
     match route.action {
         Action::ListMutations => mutations::list(state, ns),
@@ -154,6 +178,15 @@ async fn dispatch(state: &ApiState, req: Request<Incoming>) -> ApiResult {
             variants::scale(state, &caller, at, body).await
         }
         Action::RemoveVariant => variants::remove(state, &caller, at).await,
+        Action::EnrollDevice => {
+            let body = read_json(state, req).await?;
+            devices::enroll(state, &caller, ns, name, body).await
+        }
+        Action::ListDevices => devices::list(state, &caller, ns, name).await,
+        Action::GetDevice => devices::get(state, &caller, ns, name, id).await,
+        Action::RemoveDevice => devices::remove(state, &caller, ns, name, id).await,
+        Action::RotateToken => devices::rotate(state, &caller, ns, name, id).await,
+        Action::Poll => devices::poll(state, &caller, ns, name).await,
     }
 }
 
@@ -168,7 +201,8 @@ fn check_names(params: &Params<'_>) -> Result<(), ApiError> {
     };
     check("namespace", Some(params.ns), validate_label)?;
     check("mutation name", params.name, validate_name)?;
-    check("variant label", params.label, validate_label)
+    check("variant label", params.label, validate_label)?;
+    check("device id", params.id, validate_device_id)
 }
 
 /// Serves the API on `listener` until `shutdown`: HTTPS with `tls`, else plain HTTP.
@@ -193,7 +227,12 @@ mod tests {
     #[test]
     fn path_names_are_checked() {
         // R24
-        let p = |ns, name, label| Params { ns, name, label };
+        let p = |ns, name, label| Params {
+            ns,
+            name,
+            label,
+            id: None,
+        };
         assert!(check_names(&p("Bad_NS", None, None)).is_err());
         assert!(check_names(&p("ns", Some("web%2F"), None)).is_err());
         assert!(check_names(&p("ns", Some("web"), Some("-x"))).is_err());
@@ -203,6 +242,14 @@ mod tests {
         assert!(check_names(&p("ns", Some("web.v2"), Some("b.eta"))).is_err());
         assert!(check_names(&p("n.s", Some("web"), None)).is_err());
         assert!(check_names(&p("ns", Some("web..v2"), None)).is_err());
+        let device = |id| Params {
+            ns: "ns",
+            name: Some("web"),
+            label: None,
+            id: Some(id),
+        };
+        assert!(check_names(&device("AA:BB")).is_err());
+        assert!(check_names(&device("lilygo-47_a.b")).is_ok());
         let long = "a".repeat(254);
         assert!(check_names(&p("ns", Some(long.as_str()), None)).is_err());
     }

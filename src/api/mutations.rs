@@ -20,11 +20,14 @@ use super::{
 };
 use crate::{
     cache::{CacheState, Caches},
-    crd::{DeviceAccess, EmbeddedJson, Mutation, MutationSpec, OwnerKind, ServiceSpec, Variant},
+    crd::{
+        DeviceAccess, DevicesSpec, EmbeddedJson, Mutation, MutationSpec, OwnerKind, ServiceSpec,
+        Variant,
+    },
     http,
     variant::{
-        Base, Owner, access::validate_device_access, build_service, placement::validate_containers,
-        validate_mutation_name, validate_variants,
+        Base, Owner, access::validate_device_access, build_service, devices::Policy,
+        placement::validate_containers, validate_mutation_name, validate_variants,
     },
 };
 
@@ -50,7 +53,7 @@ pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Api
 }
 
 /// `POST /api/v1/namespaces/{ns}/mutations` `{name, deployment, variants, deviceAccess,
-/// service}`: 201, 400 when
+/// service, devices}`: 201, 400 when
 /// invalid, 403 when the API server's dry run of a variant answers 403 (a quota, an admission
 /// policy: R35), 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
@@ -61,6 +64,10 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
     let device_access = body.device_access.map(DeviceAccess::from);
     if let Some(access) = &device_access {
         validate_device_access(access).map_err(ApiError::bad_request)?;
+    }
+    let devices = body.devices.map(DevicesSpec::from);
+    if let Some(spec) = &devices {
+        Policy::of(spec).map_err(ApiError::bad_request)?;
     }
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
     validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;
@@ -92,6 +99,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
             variants,
             device_access,
             service,
+            devices,
         },
         status: None,
     };

@@ -10,8 +10,15 @@ use hyper::Method;
 pub enum Access {
     /// Only the admin token (`MUTANT_API_TOKEN`).
     Admin,
-    /// The admin, or the token of the Mutation named in the path.
+    /// The admin, or the token of the Mutation named in the path; a device's token for its
+    /// own variant (R39).
     MutationToken,
+    /// The admin, or the Mutation's token as an enrollment key (`spec.devices`, R39).
+    Enroll,
+    /// The admin, or the token of the device named in the path.
+    Device,
+    /// Only the token of the device named in the path: its heartbeat.
+    DeviceOnly,
 }
 
 /// What a route does: one handler each.
@@ -35,6 +42,18 @@ pub enum Action {
     ScaleVariant,
     /// `variants::remove`.
     RemoveVariant,
+    /// `devices::enroll`.
+    EnrollDevice,
+    /// `devices::list`.
+    ListDevices,
+    /// `devices::get`.
+    GetDevice,
+    /// `devices::remove`.
+    RemoveDevice,
+    /// `devices::rotate`.
+    RotateToken,
+    /// `devices::poll`.
+    Poll,
 }
 
 /// One route of the table.
@@ -42,9 +61,9 @@ pub enum Action {
 pub struct Route {
     /// The HTTP method.
     pub method: Method,
-    /// The path, with `{ns}`, `{name}` and `{label}` for its parameters.
+    /// The path, with `{ns}`, `{name}`, `{label}` and `{id}` for its parameters.
     pub path: &'static str,
-    /// Which of the four paths it is (a test checks it against `path`).
+    /// Which of the paths it is (a test checks it against `path`).
     pub shape: Shape,
     /// Who may call it.
     pub access: Access,
@@ -54,7 +73,7 @@ pub struct Route {
     pub summary: &'static str,
 }
 
-/// The four paths of the API.
+/// The paths of the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     /// `/api/v1/namespaces/{ns}/mutations`.
@@ -65,6 +84,14 @@ pub enum Shape {
     Variants,
     /// `/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}`.
     Variant,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/devices`.
+    Devices,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}`.
+    Device,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/token`.
+    DeviceToken,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll`.
+    DevicePoll,
 }
 
 const MUTATIONS: (&str, Shape) = ("/api/v1/namespaces/{ns}/mutations", Shape::Mutations);
@@ -76,6 +103,23 @@ const VARIANTS: (&str, Shape) = (
 const VARIANT: (&str, Shape) = (
     "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}",
     Shape::Variant,
+);
+
+const DEVICES: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/devices",
+    Shape::Devices,
+);
+const DEVICE: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}",
+    Shape::Device,
+);
+const DEVICE_TOKEN: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/token",
+    Shape::DeviceToken,
+);
+const DEVICE_POLL: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll",
+    Shape::DevicePoll,
 );
 
 const fn route(
@@ -160,6 +204,48 @@ pub static ROUTES: &[Route] = &[
         Action::RemoveVariant,
         "remove a variant",
     ),
+    route(
+        Method::POST,
+        DEVICES,
+        Access::Enroll,
+        Action::EnrollDevice,
+        "enroll a device",
+    ),
+    route(
+        Method::GET,
+        DEVICES,
+        Access::Admin,
+        Action::ListDevices,
+        "list its devices (admin)",
+    ),
+    route(
+        Method::GET,
+        DEVICE,
+        Access::Device,
+        Action::GetDevice,
+        "get a device",
+    ),
+    route(
+        Method::DELETE,
+        DEVICE,
+        Access::Device,
+        Action::RemoveDevice,
+        "remove a device",
+    ),
+    route(
+        Method::POST,
+        DEVICE_TOKEN,
+        Access::Device,
+        Action::RotateToken,
+        "give a device a new token",
+    ),
+    route(
+        Method::GET,
+        DEVICE_POLL,
+        Access::DeviceOnly,
+        Action::Poll,
+        "a device's heartbeat",
+    ),
 ];
 
 /// The parameters of a routed path.
@@ -171,6 +257,8 @@ pub struct Params<'a> {
     pub name: Option<&'a str>,
     /// `{label}`, in the routes of one variant.
     pub label: Option<&'a str>,
+    /// `{id}`, in the routes of one device.
+    pub id: Option<&'a str>,
 }
 
 /// What the table says of a request.
@@ -200,7 +288,7 @@ pub fn resolve<'a>(method: &Method, path: &'a str) -> Resolved<'a> {
     Resolved::MethodNotAllowed(allowed)
 }
 
-/// Which of the four paths `path` is, with its parameters (none of them empty).
+/// Which of the paths `path` is, with its parameters (none of them empty).
 fn shape_of(path: &str) -> Option<(Shape, Params<'_>)> {
     let rest = path.strip_prefix("/api/v1/namespaces/")?;
     let mut segments = [""; 6];
@@ -212,13 +300,32 @@ fn shape_of(path: &str) -> Option<(Shape, Params<'_>)> {
         segments[count] = segment;
         count += 1;
     }
-    let p = |ns, name, label| Params { ns, name, label };
+    let p = |ns, name, label| Params {
+        ns,
+        name,
+        label,
+        id: None,
+    };
+    let d = |ns, name, id| Params {
+        ns,
+        name: Some(name),
+        label: None,
+        id: Some(id),
+    };
     match &segments[..count] {
         [ns, "mutations"] => Some((Shape::Mutations, p(ns, None, None))),
         [ns, "mutations", name] => Some((Shape::Mutation, p(ns, Some(*name), None))),
         [ns, "mutations", name, "variants"] => Some((Shape::Variants, p(ns, Some(*name), None))),
         [ns, "mutations", name, "variants", label] => {
             Some((Shape::Variant, p(ns, Some(*name), Some(*label))))
+        }
+        [ns, "mutations", name, "devices"] => Some((Shape::Devices, p(ns, Some(*name), None))),
+        [ns, "mutations", name, "devices", id] => Some((Shape::Device, d(ns, name, id))),
+        [ns, "mutations", name, "devices", id, "token"] => {
+            Some((Shape::DeviceToken, d(ns, name, id)))
+        }
+        [ns, "mutations", name, "devices", id, "poll"] => {
+            Some((Shape::DevicePoll, d(ns, name, id)))
         }
         _ => None,
     }
@@ -242,6 +349,7 @@ mod tests {
             ns: "ns",
             name,
             label,
+            id: None,
         };
         assert_eq!(
             found(Method::GET, base),
@@ -259,6 +367,28 @@ mod tests {
             found(Method::PATCH, &format!("{base}/web/variants/beta")),
             Some((Action::ScaleVariant, p(Some("web"), Some("beta"))))
         );
+        let d = |id| Params {
+            ns: "ns",
+            name: Some("web"),
+            label: None,
+            id: Some(id),
+        };
+        assert_eq!(
+            found(Method::POST, &format!("{base}/web/devices")),
+            Some((Action::EnrollDevice, p(Some("web"), None)))
+        );
+        assert_eq!(
+            found(Method::DELETE, &format!("{base}/web/devices/board-8")),
+            Some((Action::RemoveDevice, d("board-8")))
+        );
+        assert_eq!(
+            found(Method::POST, &format!("{base}/web/devices/board-8/token")),
+            Some((Action::RotateToken, d("board-8")))
+        );
+        assert_eq!(
+            found(Method::GET, &format!("{base}/web/devices/board-8/poll")),
+            Some((Action::Poll, d("board-8")))
+        );
         for unknown in [
             "/",
             "/api/v1/namespaces/ns",
@@ -266,6 +396,8 @@ mod tests {
             "/api/v1/namespaces/ns/deployments",
             "/api/v1/namespaces/ns/mutations/",
             "/api/v1/namespaces/ns/mutations/web/variants/beta/extra",
+            "/api/v1/namespaces/ns/mutations/web/devices/board-8/other",
+            "/api/v1/namespaces/ns/mutations/web/devices/board-8/poll/x",
             "/api/v2/namespaces/ns/mutations",
         ] {
             assert_eq!(
@@ -297,7 +429,8 @@ mod tests {
                 .path
                 .replace("{ns}", "ns")
                 .replace("{name}", "web")
-                .replace("{label}", "beta");
+                .replace("{label}", "beta")
+                .replace("{id}", "board-8");
             assert!(
                 matches!(resolve(&route.method, &path), Resolved::Found(r, _) if std::ptr::eq(r, route)),
                 "{} {}",

@@ -8,6 +8,7 @@ use kube::Client;
 use super::{
     auth::Auth,
     budget::{MissChecks, Validations},
+    heartbeats::Heartbeats,
 };
 use crate::{cache::Caches, http::ServerConfig};
 
@@ -37,6 +38,8 @@ pub struct ApiState {
     pub validations: Validations,
     /// The operator's own ServiceAccount, when known: no base may run as it (R33).
     pub own_account: Option<crate::variant::ServiceAccountRef>,
+    /// What this replica heard from devices (R40).
+    pub heartbeats: Heartbeats,
 }
 
 impl ApiState {
@@ -61,6 +64,7 @@ impl ApiState {
             misses: MissChecks::default(),
             validations: Validations::default(),
             own_account,
+            heartbeats: Heartbeats::default(),
         }
     }
 

@@ -84,8 +84,22 @@ pub async fn add(
     name: &str,
     body: VariantRequest,
 ) -> ApiResult {
-    let cached = fresh::mutation(state, caller, ns, name).await?;
     let variant = Variant::from(body);
+    let label = variant.label.clone();
+    let updated = insert(state, caller, ns, name, variant).await?;
+    respond(&updated, &label, StatusCode::CREATED, ns, name)
+}
+
+/// Adds `variant` to Mutation `ns/name` for `caller` (held to the device bounds unless it is
+/// the admin): what [`add`] and the enrollment of a device with a variant of its own do.
+pub(super) async fn insert(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    variant: Variant,
+) -> Result<Mutation, ApiError> {
+    let cached = fresh::mutation(state, caller, ns, name).await?;
     validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
         .map_err(ApiError::bad_request)?;
     let known = |m: &Mutation| {
@@ -103,7 +117,7 @@ pub async fn add(
         check_with_server(state, &owner, &base, std::slice::from_ref(&variant)).await?;
     }
     let label = variant.label.clone();
-    let updated = edit(state, ns, name, |m| {
+    edit(state, ns, name, |m| {
         if position(m, &variant.label).is_some() {
             return Err(ApiError::conflict(format!(
                 "variant {label:?} already exists in mutation {ns}/{name}"
@@ -116,8 +130,7 @@ pub async fn add(
         variants.push(variant.clone());
         Ok(variants)
     })
-    .await?;
-    respond(&updated, &label, StatusCode::CREATED, ns, name)
+    .await
 }
 
 /// For a Mutation's own token: whether it may add `variant` to `m` (R32); 403 naming the
@@ -128,7 +141,9 @@ fn device_check(caller: &Caller, m: &Mutation, variant: &Variant) -> Result<(), 
     }
     let base = m.spec.deployment.value();
     let access = m.spec.device_access.as_ref();
-    device_may_add(&base, access, variant, m.spec.variants.len()).map_err(ApiError::forbidden)
+    let devices_on = m.spec.devices.is_some();
+    device_may_add(&base, access, variant, m.spec.variants.len(), devices_on)
+        .map_err(ApiError::forbidden)
 }
 
 /// `PATCH .../variants/{label}` `{instances}`: changes only the replica count, so the running
@@ -150,8 +165,10 @@ pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleReq
     }
     let device = |m: &Mutation| match caller {
         Caller::Admin => Ok(()),
-        Caller::Mutation { .. } => device_may_scale(m.spec.device_access.as_ref(), body.instances)
-            .map_err(ApiError::forbidden),
+        Caller::Mutation { .. } | Caller::Device { .. } => {
+            device_may_scale(m.spec.device_access.as_ref(), body.instances)
+                .map_err(ApiError::forbidden)
+        }
     };
     device(&cached)?;
     let updated = edit(state, ns, name, |m| {
@@ -163,6 +180,23 @@ pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleReq
     })
     .await?;
     respond(&updated, label, StatusCode::OK, ns, name)
+}
+
+/// Removes variant `label` of Mutation `ns/name` if it is there: a variant enrollment made,
+/// when its last device goes (R39). Whether it was there.
+pub(super) async fn remove_if_there(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    label: &str,
+) -> Result<bool, ApiError> {
+    let removed = edit(state, ns, name, |m| {
+        let mut variants = m.spec.variants.clone();
+        variants.retain(|v| v.label != label);
+        Ok(variants)
+    })
+    .await?;
+    Ok(position(&removed, label).is_none())
 }
 
 /// `DELETE .../variants/{label}`: 204, 404 when absent.

@@ -8,6 +8,7 @@
 
 mod announce;
 mod context;
+mod devices;
 mod events;
 mod reconcile;
 pub mod secret;

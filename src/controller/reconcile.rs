@@ -30,6 +30,7 @@ use serde_json::json;
 
 use super::{
     context::{Context, REFUSED_RETRY, RESYNC_AFTER},
+    devices,
     events::EventType,
     secret::{self, SecretState},
     services,
@@ -44,8 +45,13 @@ use crate::{
         self, Base, DeploymentWire, FIELD_MANAGER, Findings, MetaView, ObservedDeployment, Owner,
         Planned,
         converge::{self, Done, Next, Outcome},
+        devices::Policy,
     },
 };
+
+/// A device's change of state is looked at this long after it is due, so that the clock has
+/// passed it.
+const DEVICE_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Reconciles one owner. Errors are retried by the controller's error policy.
 pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
@@ -59,9 +65,19 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // A name too long to be a label value cannot be served: no Secret, no Deployment can carry
     // it. Reported, and left at that, rather than failing every reconcile.
     let unservable = variant::unservable_name(K::KIND.kind(), &owner.name);
-    let (secret, problems) = match &unservable {
+    let (secret, mut problems) = match &unservable {
         Some(_) => (None, Vec::new()),
         None => ensure_secret(&ctx, &owner).await?,
+    };
+    // R39: spec.devices, checked; a policy that does not hold is reported and no device's
+    // state is changed by it.
+    let device_policy = match obj.devices().map(Policy::of) {
+        Some(Err(problem)) => {
+            problems.push(problem);
+            None
+        }
+        Some(Ok(policy)) => Some(policy),
+        None => None,
     };
     let base = obj.base().value();
     let observed = observe(&ctx, &owner);
@@ -107,7 +123,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     };
 
     let now = Timestamp::now().to_string();
-    let status = variant::owner_status(Findings {
+    let mut status = variant::owner_status(Findings {
         previous: &previous,
         generation: obj.meta().generation,
         secret,
@@ -118,6 +134,9 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         variants,
         now: &now,
     });
+    // The device list is written apart (`devices`); it is the same status either way.
+    status.devices.clone_from(&previous.devices);
+    status.device_summary.clone_from(&previous.device_summary);
     announce_problems(&ctx, &owner, obj.as_ref(), &previous, &status).await;
     // A reconcile that created Deployments leaves the status to the next one, which their
     // creation brings (their watch events re-queue this owner within the debounce): a status
@@ -126,14 +145,17 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     if status != previous && created.is_empty() {
         write_status::<K>(&ctx, &owner, &status).await?;
     }
+    // R40: the devices' states as time changes them, requeued for the next change.
+    let device_change = match &device_policy {
+        Some(policy) => devices::converge(&ctx, &owner, policy, &previous).await?,
+        None => None,
+    };
     // A variant a quota or an admission policy refused is tried again sooner than the resync:
     // freeing the quota or changing the policy is no event of this owner's (R35), and neither
     // is labelling the namespace privileged (R33).
-    Ok(Action::requeue(if denied {
-        REFUSED_RETRY
-    } else {
-        RESYNC_AFTER
-    }))
+    let after = if denied { REFUSED_RETRY } else { RESYNC_AFTER };
+    let after = device_change.map_or(after, |change| after.min(change + DEVICE_SLACK));
+    Ok(Action::requeue(after))
 }
 
 /// Step 1, for a Mutation: its Secret, made if missing. Returns the Secret's name when the
@@ -381,6 +403,12 @@ async fn write_status<K: OwnerResource>(
     owner: &Owner,
     status: &OwnerStatus,
 ) -> Result<()> {
+    // Never the device list: its writer is `submit::devices`, under a field manager of its own.
+    let status = OwnerStatus {
+        devices: Vec::new(),
+        device_summary: None,
+        ..status.clone()
+    };
     let patch = json!({
         "apiVersion": owner.kind.api_version(),
         "kind": owner.kind.kind(),

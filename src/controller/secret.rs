@@ -75,9 +75,10 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
     Ok(SecretState::Foreign)
 }
 
-/// The Secret object: labelled so the operator watches only its own Secrets, controlled by the
-/// Mutation, immutable so not even the operator can rewrite the token.
-fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
+/// The metadata of a Secret the operator keeps for `owner`: labelled so the operator watches
+/// only its own Secrets, controlled by the owner so garbage collection deletes it with it. The
+/// token's Secret and the devices Secret (`api::devices`) both have it.
+pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
     let labels = BTreeMap::from([
         (OWNER_LABEL.to_string(), owner.name.clone()),
         (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
@@ -86,14 +87,20 @@ fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
             "mutantops".to_string(),
         ),
     ]);
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(owner.namespace.clone()),
+        labels: Some(labels),
+        owner_references: Some(vec![owner.owner_reference()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The Secret object: [`owned_metadata`], immutable so not even the operator can rewrite the
+/// token.
+fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
     Ok(Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(owner.namespace.clone()),
-            labels: Some(labels),
-            owner_references: Some(vec![owner.owner_reference()]),
-            ..ObjectMeta::default()
-        },
+        metadata: owned_metadata(owner, name),
         type_: Some("Opaque".to_string()),
         immutable: Some(true),
         data: Some(BTreeMap::from([(

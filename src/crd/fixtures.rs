@@ -63,6 +63,7 @@ pub(crate) fn mutation(name: &str, variants: Vec<Variant>) -> Mutation {
             variants,
             device_access: None,
             service: None,
+            devices: None,
         },
     );
     m.metadata.namespace = Some("default".into());

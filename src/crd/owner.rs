@@ -7,6 +7,7 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use serde::{Serialize, de::DeserializeOwned};
 
+use super::devices::DevicesSpec;
 use super::embedded::EmbeddedJson;
 use super::service::ServiceSpec;
 use super::spec::{MutantDeployment, Mutation, OwnerStatus, Variant};
@@ -68,6 +69,10 @@ pub trait OwnerResource:
     fn owner_status(&self) -> Option<&OwnerStatus>;
     /// The Service each variant should get, if any (R36).
     fn service(&self) -> Option<&ServiceSpec>;
+    /// Its devices (`spec.devices` of a Mutation, R39), if it has them.
+    fn devices(&self) -> Option<&DevicesSpec> {
+        None
+    }
 }
 
 impl OwnerResource for MutantDeployment {
@@ -99,6 +104,9 @@ impl OwnerResource for Mutation {
     }
     fn service(&self) -> Option<&ServiceSpec> {
         self.spec.service.as_ref()
+    }
+    fn devices(&self) -> Option<&DevicesSpec> {
+        self.spec.devices.as_ref()
     }
 }
 

@@ -8,6 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::devices::{DeviceStatus, DeviceSummary, DevicesSpec};
 use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
 use super::placement::{ContainerOverride, Toleration};
@@ -190,6 +191,20 @@ owner_kind! {
             json_path = ".status.secret",
             description = "Secret holding this Mutation's API token"
         ),
+        printcolumn(
+            name = "Devices",
+            type_ = "integer",
+            json_path = ".status.deviceSummary.total",
+            description = "devices enrolled (spec.devices)",
+            priority = "1"
+        ),
+        printcolumn(
+            name = "Online",
+            type_ = "integer",
+            json_path = ".status.deviceSummary.online",
+            description = "devices heard from within lateAfter",
+            priority = "1"
+        ),
     ],
     pub struct MutationSpec {
     /// The base: a whole apps/v1 Deployment (apiVersion, kind, metadata.name, spec). It is not
@@ -218,6 +233,14 @@ owner_kind! {
     /// it deletes them). The Mutation's token cannot change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+
+    /// Devices as objects of their own. Set, the Mutation's token becomes an enrollment key:
+    /// it may enroll devices (POST .../devices) and nothing else, and each device gets a
+    /// token of its own that reaches only its own record, its variant and that variant's
+    /// Service; env a device sends is then limited to the names deviceAccess.env lists.
+    /// Absent: the Mutation's token manages the variants itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DevicesSpec>,
 }
 }
 
@@ -323,6 +346,17 @@ pub struct OwnerStatus {
     /// Standard conditions; `Ready` is True when every valid variant is Ready.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// The enrolled devices, by id (Mutations with spec.devices only). No token is ever
+    /// written here: the devices' tokens are kept as SHA-256 hashes in Secret <name>-devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 500),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"])
+    )]
+    pub devices: Vec<DeviceStatus>,
+    /// How many devices are in each state (Mutations with spec.devices only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_summary: Option<DeviceSummary>,
 }
 
 /// Schema of the embedded base Deployment: any object with apiVersion, kind and metadata,

@@ -71,11 +71,56 @@ pub const STARTUP_ENV: &[&str] = &[
     "OPENSSL_CONF",
     "OPENSSL_ENGINES",
     "OPENSSL_MODULES",
+    // JVM launchers' options (Tomcat, Maven, Gradle, Kotlin, Scala, sbt, Elasticsearch, ...)
+    "CATALINA_OPTS",
+    "CATALINA_*",
+    "JVM_OPTS",
+    "MAVEN_OPTS",
+    "MAVEN_ARGS",
+    "GRADLE_OPTS",
+    "KOTLIN_OPTS",
+    "SCALA_OPTS",
+    "SBT_OPTS",
+    "ES_JAVA_OPTS",
+    "JAVA_HOME",
+    // git and ssh: configuration, commands run for ssh and for credentials
+    "GIT_*",
+    "SSH_ASKPASS",
+    "SSH_AUTH_SOCK",
+    // proxies, and where TLS peers are checked (or not)
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "FTP_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_TLS_REJECT_UNAUTHORIZED",
+    "NODE_EXTRA_CA_CERTS",
+    // the resolver: search domains, options, host aliases
+    "LOCALDOMAIN",
+    "RES_OPTIONS",
+    "HOSTALIASES",
+    "RESOLV_*",
 ];
 
-/// Whether `name` is one of [`STARTUP_ENV`].
+/// How env names are compared where a device could shadow or sneak in a name (R41): upper
+/// case, with '-' and '.' as '_', as apps and libraries that read their settings loosely
+/// (case-insensitively, or with dots and dashes folded) do.
+pub fn env_key(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            '-' | '.' => '_',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect()
+}
+
+/// Whether `name` is one of [`STARTUP_ENV`], compared as [`env_key`] does.
 pub fn is_startup_env(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
+    let upper = env_key(name);
     STARTUP_ENV
         .iter()
         .any(|entry| match entry.strip_suffix('*') {
@@ -147,12 +192,14 @@ pub fn value_from_names(base: &Value) -> BTreeSet<String> {
 /// Whether a Mutation's token may add `variant` to a Mutation of base `base` (as JSON) and
 /// `access`, which has `variants` variants now (R32), with the placement it asks for (R37). Err
 /// is the message of a 403, naming the variable, the field or the bound. The variant is
-/// otherwise valid (`validate_variant`).
+/// otherwise valid (`validate_variant`). With `devices_on` (the Mutation has `spec.devices`)
+/// env is deny-by-default: only the names `access.env` lists (R41).
 pub fn device_may_add(
     base: &Value,
     access: Option<&DeviceAccess>,
     variant: &Variant,
     variants: usize,
+    devices_on: bool,
 ) -> Result<(), String> {
     let limits = DeviceLimits::of(access);
     let set = |f: fn(&DeviceAccess) -> bool| access.is_some_and(f);
@@ -174,20 +221,28 @@ pub fn device_may_add(
             bound_source("maxEnv", set(|a| a.max_env.is_some()))
         ));
     }
-    let from_elsewhere = value_from_names(base);
+    let from_elsewhere: BTreeSet<String> =
+        value_from_names(base).iter().map(|n| env_key(n)).collect();
     let allowed = access.and_then(|a| a.env.as_ref());
     for (name, value) in &variant.env {
-        if from_elsewhere.contains(name) {
+        if let Some(base_name) = from_elsewhere.get(&env_key(name)) {
             return Err(format!(
-                "env {name:?}: the base sets it with valueFrom (a Secret, ConfigMap or field); a \
-                 Mutation's token may not replace it"
+                "env {name:?}: the base sets {base_name:?} with valueFrom (a Secret, ConfigMap or \
+                 field), compared without case and with '-' and '.' as '_'; a Mutation's token \
+                 may not shadow it"
             ));
         }
         match allowed {
-            Some(names) if !names.iter().any(|n| n == name) => {
+            Some(names) if !names.iter().any(|n| env_key(n) == env_key(name)) => {
                 return Err(format!(
                     "env {name:?}: not in spec.deviceAccess.env, the names a Mutation's token \
                      may set"
+                ));
+            }
+            None if devices_on => {
+                return Err(format!(
+                    "env {name:?}: with spec.devices set, a device may set only the names \
+                     spec.deviceAccess.env lists, and it lists none"
                 ));
             }
             None if is_startup_env(name) => {

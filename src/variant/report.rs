@@ -163,5 +163,9 @@ pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
         variant_services: services_column(&found.variants),
         variants: found.variants,
         conditions: vec![condition],
+        // The devices are written apart from the rest (`submit::devices`), by whoever heard
+        // from them: the controller's status never carries them.
+        devices: Vec::new(),
+        device_summary: None,
     }
 }

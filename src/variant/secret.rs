@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 
+use super::devices::Registry;
 use super::meta::{HasMeta, Meta, MetaView, kube_type};
 use super::names::TOKEN_KEY;
 
@@ -14,20 +15,25 @@ pub struct CachedSecret {
     pub metadata: Meta,
     /// `data.token`, the Mutation's API token, when it has one.
     pub token: Option<Box<[u8]>>,
+    /// The devices and their token hashes, when this is a Mutation's devices Secret
+    /// (`<name>-devices`) with any.
+    pub devices: Option<Box<Registry>>,
 }
 
 impl CachedSecret {
     /// Parts a Secret the watch decoded into what is kept, and the Secret (without its data)
     /// for the controller's feed.
     pub fn split(mut secret: Secret) -> (CachedSecret, Secret) {
-        let token = secret
-            .data
-            .take()
-            .and_then(|mut data| data.remove(TOKEN_KEY))
+        let mut data = secret.data.take().unwrap_or_default();
+        let token = data
+            .remove(TOKEN_KEY)
             .map(|token| token.0.into_boxed_slice());
+        let registry = Registry::from_data(&data);
+        let devices = (registry != Registry::default()).then(|| Box::new(registry));
         let kept = CachedSecret {
             metadata: Meta::of(&secret.metadata),
             token,
+            devices,
         };
         (kept, secret)
     }

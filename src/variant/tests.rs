@@ -11,6 +11,7 @@ mod access;
 mod baseline;
 mod build;
 mod converge;
+mod devices;
 mod placement;
 mod placement_checks;
 mod pod_security;
@@ -212,6 +213,7 @@ fn owner_from_resource_needs_namespace_and_uid() {
             variants: vec![],
             device_access: None,
             service: None,
+            devices: None,
         },
     );
     let said = |m: &crate::crd::Mutation| {

@@ -26,6 +26,7 @@ mod conflicts;
 mod connect;
 mod connections;
 mod cutoff;
+mod devices;
 mod editors;
 mod examples;
 mod invalid;

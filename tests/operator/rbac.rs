@@ -93,6 +93,8 @@ async fn the_operator_runs_with_its_service_account() {
         &["delete", "deployments.apps", "-n", "default"],
         &["create", "secrets", "-n", "default"],
         &["list", "secrets", "-A"],
+        // R39: a Mutation's devices Secret is updated on its resourceVersion (never patched).
+        &["update", "secrets", "-n", "default"],
         &["create", "events.events.k8s.io", "-n", "default"],
         // R36: the variants' Services, label-selected.
         &["watch", "services", "-A"],
@@ -111,7 +113,7 @@ async fn the_operator_runs_with_its_service_account() {
         &["delete", "namespaces"][..],
         &["get", "pods", "-n", "default"],
         &["create", "customresourcedefinitions.apiextensions.k8s.io"],
-        &["update", "secrets", "-n", "default"],
+        &["patch", "secrets", "-n", "default"],
         &["delete", "secrets", "-n", "default"],
         &["update", "deployments.apps", "-n", "default"],
         &["update", "services", "-n", "default"],

@@ -80,13 +80,20 @@ type Case<'a> = (
     u16,
 );
 
-/// The route template of an API path, by its number of segments.
+/// The route template of an API path, by its segments.
 fn template(path: &str) -> &'static str {
-    match path.trim_start_matches('/').split('/').count() {
-        5 => "/api/v1/namespaces/{ns}/mutations",
-        6 => "/api/v1/namespaces/{ns}/mutations/{name}",
-        7 => "/api/v1/namespaces/{ns}/mutations/{name}/variants",
-        8 => "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}",
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments[..] {
+        [_, _, _, _, _] => "/api/v1/namespaces/{ns}/mutations",
+        [_, _, _, _, _, _] => "/api/v1/namespaces/{ns}/mutations/{name}",
+        [.., "variants"] => "/api/v1/namespaces/{ns}/mutations/{name}/variants",
+        [.., "variants", _] => "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}",
+        [.., "devices"] => "/api/v1/namespaces/{ns}/mutations/{name}/devices",
+        [.., "devices", _] => "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}",
+        [.., "devices", _, "token"] => {
+            "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/token"
+        }
+        [.., "devices", _, "poll"] => "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll",
         _ => "(none)",
     }
 }
@@ -116,6 +123,27 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     let other = json!({"name": "other", "deployment": base("other"),
                        "variants": [{"label": "a", "instances": 0}]})
     .to_string();
+    // R39: a Mutation with devices, one enrolled outside the budget (its token is needed).
+    let fleet = json!({"name": "fleet", "deployment": base("fleet"),
+                       "variants": [{"label": "shared", "instances": 0}],
+                       "devices": {"enrollment": "Open"}});
+    let made = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&fleet))
+        .await;
+    assert_eq!(made.status, 201, "{made:?}");
+    let key = f.token("fleet").await;
+    let enrolled = f
+        .call(
+            "POST",
+            "/mutations/fleet/devices",
+            Some(&key),
+            Some(&json!({"id": "a", "label": "shared"})),
+        )
+        .await;
+    assert_eq!(enrolled.status, 201, "{enrolled:?}");
+    let board = enrolled.json()["token"].as_str().unwrap().to_owned();
+    let board = Some(board.as_str());
+    let enroll_b = json!({"id": "b", "label": "shared"}).to_string();
     let cases: Vec<Case> = vec![
         ("GET", p(""), Some(ADMIN), vec![], None, 200),
         ("POST", p(""), Some(ADMIN), vec![], Some(other.clone()), 201),
@@ -146,6 +174,42 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
         ),
         ("GET", p("/snap/variants/lilygo"), device, vec![], None, 404),
         ("DELETE", p("/other"), Some(ADMIN), vec![], None, 204),
+        (
+            "POST",
+            p("/fleet/devices"),
+            Some(&key),
+            vec![],
+            Some(enroll_b),
+            201,
+        ),
+        ("GET", p("/fleet/devices"), Some(ADMIN), vec![], None, 200),
+        ("GET", p("/fleet/devices/a"), board, vec![], None, 200),
+        (
+            "GET",
+            p("/fleet/devices/a/poll"),
+            board,
+            vec![("Battery-Voltage", "4.02"), ("RSSI", "-70")],
+            None,
+            200,
+        ),
+        ("GET", p("/fleet/devices/b"), board, vec![], None, 403),
+        (
+            "DELETE",
+            p("/fleet/devices/b"),
+            Some(ADMIN),
+            vec![],
+            None,
+            204,
+        ),
+        (
+            "POST",
+            p("/fleet/devices/a/token"),
+            board,
+            vec![],
+            None,
+            200,
+        ),
+        ("GET", p("/fleet/devices/a"), board, vec![], None, 401),
         ("PUT", p("/snap"), device, vec![], None, 405),
         ("GET", "/nothing".into(), None, vec![], None, 404),
     ];

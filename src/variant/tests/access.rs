@@ -33,9 +33,79 @@ fn refusal(access: Option<&DeviceAccess>, env: &[(&str, &str)], instances: i32) 
         access,
         &variant("board-7", env, instances),
         1,
+        false,
     )
     .err()
     .unwrap_or_default()
+}
+
+/// [`refusal`] for a Mutation with spec.devices (R41: env is deny-by-default).
+fn refusal_with_devices(access: Option<&DeviceAccess>, env: &[(&str, &str)]) -> String {
+    device_may_add(
+        &base_with_secrets(),
+        access,
+        &variant("board-7", env, 1),
+        1,
+        true,
+    )
+    .err()
+    .unwrap_or_default()
+}
+
+// R41 (issue 34, item 4): the names of the hostile display are refused without spec.devices,
+// compared without case and with '-'/'.' as '_'; a valueFrom name cannot be shadowed by any
+// spelling of it
+#[test]
+fn the_deny_list_is_compared_loosely_and_grown() {
+    for name in [
+        "CATALINA_OPTS",
+        "GIT_SSH_COMMAND",
+        "git-config-global",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "LOCALDOMAIN",
+        "RES_OPTIONS",
+        "SSL_CERT_FILE",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "ld.preload",
+        "MAVEN_OPTS",
+    ] {
+        assert!(is_startup_env(name), "{name} should be refused");
+        assert!(refusal(None, &[(name, "x")], 1).contains(name), "{name}");
+    }
+    for shadow in ["db_password", "Db-Password", "DB.PASSWORD", "pod-name"] {
+        let said = refusal(None, &[(shadow, "x")], 1);
+        assert!(said.contains("valueFrom"), "{shadow}: {said}");
+        let owner_allows = DeviceAccess {
+            env: Some(vec![shadow.to_owned()]),
+            ..DeviceAccess::default()
+        };
+        assert!(refusal(Some(&owner_allows), &[(shadow, "x")], 1).contains("valueFrom"));
+    }
+}
+
+// R41: with spec.devices env is deny-by-default; the owner's list allows, compared loosely
+#[test]
+fn with_devices_env_is_deny_by_default() {
+    let said = refusal_with_devices(None, &[("FEATURE_X", "on")]);
+    assert!(
+        said.contains("FEATURE_X") && said.contains("spec.devices"),
+        "{said}"
+    );
+    assert_eq!(refusal_with_devices(None, &[]), "");
+    let listed = DeviceAccess {
+        env: Some(vec!["SNAP_RES".into()]),
+        ..DeviceAccess::default()
+    };
+    assert_eq!(
+        refusal_with_devices(Some(&listed), &[("SNAP_RES", "960x540")]),
+        ""
+    );
+    assert_eq!(
+        refusal_with_devices(Some(&listed), &[("snap-res", "960x540")]),
+        ""
+    );
+    assert!(refusal_with_devices(Some(&listed), &[("FEATURE_X", "on")]).contains("FEATURE_X"));
 }
 
 // R32: the variables that change how a process loads or starts are on one list; app settings
@@ -202,12 +272,12 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
         e.contains("env \"TITLE\"") && e.contains("4097") && e.contains("at most 4096"),
         "{e}"
     );
-    let full = device_may_add(&base_json(), None, &variant("x", &[], 1), 20).unwrap_err();
+    let full = device_may_add(&base_json(), None, &variant("x", &[], 1), 20, false).unwrap_err();
     assert!(
         full.contains("has 20") && full.contains("fewer than 20") && full.contains("maxVariants"),
         "{full}"
     );
-    assert!(device_may_add(&base_json(), None, &variant("x", &[], 1), 19).is_ok());
+    assert!(device_may_add(&base_json(), None, &variant("x", &[], 1), 19, false).is_ok());
 
     let owner_says = DeviceAccess {
         max_instances: Some(2),
@@ -223,12 +293,21 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
     );
     assert_eq!(refusal(Some(&owner_says), &env, 2), "");
     assert_eq!(refusal(Some(&owner_says), &[("TITLE", &long)], 1), "");
-    assert!(device_may_add(&base_json(), Some(&owner_says), &variant("x", &[], 1), 49).is_ok());
+    assert!(
+        device_may_add(
+            &base_json(),
+            Some(&owner_says),
+            &variant("x", &[], 1),
+            49,
+            false
+        )
+        .is_ok()
+    );
     let zero = DeviceAccess {
         max_variants: Some(0),
         ..DeviceAccess::default()
     };
-    assert!(device_may_add(&base_json(), Some(&zero), &variant("x", &[], 1), 0).is_err());
+    assert!(device_may_add(&base_json(), Some(&zero), &variant("x", &[], 1), 0, false).is_err());
 }
 
 // R32: a deviceAccess sent to the API is checked as the CRD schema checks it.

@@ -171,7 +171,7 @@ fn device_tokens_place_only_as_the_owner_allows() {
         vec![toleration("gpu", "Exists", "", "NoSchedule")],
     );
     assert_eq!(device_may_place(Some(&access), &allowed), Ok(()));
-    assert!(device_may_add(&base_json(), Some(&access), &allowed, 1).is_ok());
+    assert!(device_may_add(&base_json(), Some(&access), &allowed, 1, false).is_ok());
     let e = device_may_place(
         Some(&access),
         &placed(&[("kubernetes.io/hostname", "b7")], vec![]),
@@ -192,7 +192,7 @@ fn device_tokens_place_only_as_the_owner_allows() {
         containers: vec![container("nginx", Some("nginx:evil"), None)],
         ..allowed
     };
-    let e = device_may_add(&base_json(), Some(&access), &image, 1).unwrap_err();
+    let e = device_may_add(&base_json(), Some(&access), &image, 1, false).unwrap_err();
     assert!(
         e.contains("containers (\"nginx\")") && e.contains("image or resources"),
         "{e}"

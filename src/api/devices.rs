@@ -1,0 +1,647 @@
+//! The device routes (R39, R40): enroll, list, get, remove, rotate a token, and the poll, and
+//! the heartbeat every request of a device is.
+//!
+//! A Mutation with `spec.devices` keeps its devices in Secret `<name>-devices`, owned by it:
+//! per device the SHA-256 of its token, its variant and when it enrolled (never a token), and
+//! the variants enrollment made. Every change of that Secret is read-modify-write on its
+//! resourceVersion, retried on a conflict. What is known of each device's liveness is in
+//! `status.devices` (`submit::devices`), written by the replica that heard it only when
+//! [`must_persist`] says so.
+
+use std::{sync::Arc, time::Duration};
+
+use hyper::{HeaderMap, StatusCode};
+use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use kube::{
+    Api,
+    api::{ObjectMeta, PostParams},
+    runtime::reflector::ObjectRef,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    auth::Caller,
+    error::{ApiError, ApiResult},
+    fresh,
+    heartbeats::{Beat, Due, reported},
+    json::VariantRequest,
+    state::{ApiState, MAX_ATTEMPTS},
+    variants,
+};
+use crate::{
+    cache::{CacheState, Caches},
+    controller::secret::{new_token, owned_metadata},
+    crd::{DeviceState, DeviceStatus, Mutation, OwnerKind, Variant, VariantService, VariantState},
+    http,
+    submit::devices::write as write_devices,
+    variant::{
+        Owner,
+        devices::{
+            DeviceRecord, Policy, Registry, devices_secret_name, heard, must_persist, rfc3339,
+            token_hash, validate_device_id,
+        },
+        is_controlled_by, validate_label,
+    },
+};
+
+/// How long a write waits for this replica's cache to show it.
+const CACHE_CATCH_UP: Duration = Duration::from_secs(3);
+
+/// `POST .../devices`: a device's id and either a variant of its own, made with the device
+/// bounds, or the label of an existing variant, which enrolling does not change.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollRequest {
+    /// The device's id.
+    pub id: String,
+    /// A new variant for it.
+    #[serde(default)]
+    pub variant: Option<VariantRequest>,
+    /// The label of an existing variant.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// The answer to an enrollment or a rotation: the token, shown this once.
+#[derive(Serialize)]
+struct Issued<'a> {
+    id: &'a str,
+    token: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    variant: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service: Option<&'a VariantService>,
+}
+
+/// The answer to a poll: what a device needs to show its variant.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PollView<'a> {
+    variant: &'a str,
+    ready: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service: Option<&'a VariantService>,
+}
+
+/// The Mutation's devices policy, or why it has none.
+fn policy(m: &Mutation, ns: &str, name: &str) -> Result<Policy, ApiError> {
+    let spec = m.spec.devices.as_ref().ok_or_else(|| {
+        ApiError::conflict(format!(
+            "mutation {ns}/{name} has no spec.devices: it has no devices"
+        ))
+    })?;
+    Policy::of(spec).map_err(|e| ApiError::conflict(format!("mutation {ns}/{name}: {e}")))
+}
+
+fn owner_of(m: &Mutation) -> Result<Owner, ApiError> {
+    Owner::from_resource(OwnerKind::Mutation, m)
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+}
+
+fn absent(ns: &str, name: &str, id: &str) -> ApiError {
+    ApiError::not_found(format!("device {id:?} not found in mutation {ns}/{name}"))
+}
+
+/// `POST .../devices` (the admin, or the Mutation's token while enrollment is open): 201
+/// `{id, token, variant, service}`; 400 for a bad id or variant, 403 when enrollment is closed
+/// or full or the variant asks what the device bounds refuse, 404 for an unknown label, 409
+/// when the id or a new variant's label is taken or the Mutation has no `spec.devices`.
+pub async fn enroll(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    body: EnrollRequest,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    let policy = policy(&m, ns, name)?;
+    validate_device_id(&body.id).map_err(ApiError::bad_request)?;
+    let now = Timestamp::now();
+    if *caller != Caller::Admin {
+        policy.enrollment_open(now).map_err(ApiError::forbidden)?;
+    }
+    let (label, new_variant) = match (body.variant, body.label) {
+        (Some(v), None) => {
+            let v = Variant::from(v);
+            (v.label.clone(), Some(v))
+        }
+        (None, Some(label)) => {
+            validate_label(&label).map_err(ApiError::bad_request)?;
+            (label, None)
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "give either variant (a new variant for this device) or label (an existing \
+                 variant's)",
+            ));
+        }
+    };
+    let owner = owner_of(&m)?;
+    let id = body.id;
+    let free = |r: &Registry| {
+        if r.devices.contains_key(&id) {
+            return Err(ApiError::conflict(format!(
+                "device {id:?} is already enrolled in mutation {ns}/{name}"
+            )));
+        }
+        if r.devices.len() >= policy.max_devices {
+            return Err(ApiError::forbidden(format!(
+                "mutation {ns}/{name} has {} devices, its maxDevices: no more enroll",
+                r.devices.len()
+            )));
+        }
+        Ok(())
+    };
+    let _queued = state.edits.lock(ns, &format!("{name}/devices")).await;
+    // Checked before anything is written: a refused enrollment changes nothing.
+    free(&read_registry(state, &owner).await?)?;
+    let exists = m.spec.variants.iter().any(|v| v.label == label);
+    match (&new_variant, exists) {
+        (Some(_), true) => {
+            return Err(ApiError::conflict(format!(
+                "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
+                 {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
+            )));
+        }
+        (None, false) => {
+            return Err(ApiError::not_found(format!(
+                "variant {label:?} not found in mutation {ns}/{name}"
+            )));
+        }
+        (Some(variant), false) => {
+            variants::insert(state, caller, ns, name, variant.clone()).await?;
+        }
+        (None, true) => {}
+    }
+    let made = new_variant.is_some();
+    let token =
+        new_token().map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let enrolled_at = rfc3339(now);
+    let record = DeviceRecord {
+        hash: token_hash(&token),
+        variant: label.clone(),
+        enrolled_at: enrolled_at.clone(),
+    };
+    let written = edit_registry(state, &owner, |r| {
+        free(r)?;
+        r.devices.insert(id.clone(), record.clone());
+        if made {
+            r.made.insert(label.clone());
+        }
+        Ok(())
+    })
+    .await;
+    if let Err(err) = written {
+        if made && let Err(undo) = variants::remove_if_there(state, ns, name, &label).await {
+            tracing::warn!(namespace = ns, name, variant = %label, error = %undo.1, "could not remove the variant of a failed enrollment");
+        }
+        return Err(err);
+    }
+    let entry = DeviceStatus {
+        id: id.clone(),
+        variant: label.clone(),
+        enrolled_at: enrolled_at.clone(),
+        last_seen: enrolled_at,
+        state: DeviceState::Online,
+        reported: Default::default(),
+    };
+    // The token is in the Secret: a failed status write is the leader's to make good.
+    if let Err(err) = write_devices(&state.client, ns, name, |m| {
+        let mut list = listed(m).to_vec();
+        list.retain(|d| d.id != entry.id);
+        list.push(entry.clone());
+        Some(list)
+    })
+    .await
+    {
+        tracing::warn!(namespace = ns, name, device = %id, error = %err, "could not list the enrolled device in status");
+    }
+    state
+        .heartbeats
+        .heard(ns, name, &id, now, &Default::default());
+    let hash = token_hash(&token);
+    wait_registry(state, ns, name, |r| {
+        r.devices.get(&id).is_some_and(|d| d.hash == hash)
+    })
+    .await;
+    tracing::info!(namespace = ns, name, device = %id, variant = %label, "enrolled a device");
+    let m = fresh::cached_mutation(state, caller, ns, name).unwrap_or(m);
+    let service = service_of(&m, &label);
+    Ok(http::json(
+        StatusCode::CREATED,
+        &Issued {
+            id: &id,
+            token: &token,
+            variant: Some(&label),
+            service,
+        },
+    ))
+}
+
+/// `GET .../devices` (admin): every device, as this replica knows it.
+pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    policy(&m, ns, name)?;
+    let registry = cached_registry(&state.caches, &m);
+    let mut ids: Vec<&String> = registry.devices.keys().collect();
+    for d in listed(&m) {
+        if !registry.devices.contains_key(&d.id) {
+            ids.push(&d.id);
+        }
+    }
+    let items: Vec<DeviceStatus> = ids
+        .into_iter()
+        .filter_map(|id| view(state, &m, &registry, ns, name, id))
+        .collect();
+    Ok(http::json(StatusCode::OK, &items))
+}
+
+/// `GET .../devices/{id}` (the admin or that device).
+pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str, id: &str) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    policy(&m, ns, name)?;
+    let registry = cached_registry(&state.caches, &m);
+    let device = view(state, &m, &registry, ns, name, id).ok_or_else(|| absent(ns, name, id))?;
+    Ok(http::json(StatusCode::OK, &device))
+}
+
+/// `DELETE .../devices/{id}` (the admin or that device): 204; its token is dead at once. The
+/// variant enrollment made for it goes with its last device; a variant of the spec never does.
+pub async fn remove(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    id: &str,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    policy(&m, ns, name)?;
+    let owner = owner_of(&m)?;
+    let _queued = state.edits.lock(ns, &format!("{name}/devices")).await;
+    let (before, after) = edit_registry(state, &owner, |r| {
+        let record = r.devices.remove(id).ok_or_else(|| absent(ns, name, id))?;
+        if r.users_of(&record.variant) == 0 {
+            r.made.remove(&record.variant);
+        }
+        Ok(())
+    })
+    .await?;
+    state.heartbeats.forget(ns, name, id);
+    wait_registry(state, ns, name, |r| !r.devices.contains_key(id)).await;
+    if let Some(record) = before.devices.get(id)
+        && before.made.contains(&record.variant)
+        && !after.made.contains(&record.variant)
+    {
+        variants::remove_if_there(state, ns, name, &record.variant).await?;
+    }
+    if let Err(err) = write_devices(&state.client, ns, name, |m| {
+        let list = listed(m);
+        list.iter()
+            .any(|d| d.id == id)
+            .then(|| list.iter().filter(|d| d.id != id).cloned().collect())
+    })
+    .await
+    {
+        tracing::warn!(namespace = ns, name, device = id, error = %err, "could not drop the removed device from status");
+    }
+    tracing::info!(namespace = ns, name, device = id, "removed a device");
+    Ok(http::no_content())
+}
+
+/// `POST .../devices/{id}/token` (the admin or that device): 200 `{id, token}`, a new token;
+/// the old one is dead on this replica when this answers, and on the others as soon as their
+/// caches see the Secret change.
+pub async fn rotate(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    id: &str,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    policy(&m, ns, name)?;
+    let owner = owner_of(&m)?;
+    let token =
+        new_token().map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let hash = token_hash(&token);
+    let _queued = state.edits.lock(ns, &format!("{name}/devices")).await;
+    edit_registry(state, &owner, |r| {
+        let record = r.devices.get_mut(id).ok_or_else(|| absent(ns, name, id))?;
+        record.hash = hash;
+        Ok(())
+    })
+    .await?;
+    wait_registry(state, ns, name, |r| {
+        r.devices.get(id).is_some_and(|d| d.hash == hash)
+    })
+    .await;
+    tracing::info!(
+        namespace = ns,
+        name,
+        device = id,
+        "gave a device a new token"
+    );
+    Ok(http::json(
+        StatusCode::OK,
+        &Issued {
+            id,
+            token: &token,
+            variant: None,
+            service: None,
+        },
+    ))
+}
+
+/// `GET .../devices/{id}/poll` (that device only): `{variant, ready, service}`. The heartbeat
+/// itself is [`heard`], as for every request of a device.
+pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    let Caller::Device { variant, .. } = caller else {
+        return Err(ApiError::forbidden("only a device's own token polls"));
+    };
+    let ready = m
+        .status
+        .as_ref()
+        .and_then(|s| s.variants.iter().find(|v| v.label == *variant))
+        .is_some_and(|v| v.state == VariantState::Ready);
+    let view = PollView {
+        variant,
+        ready,
+        service: service_of(&m, variant),
+    };
+    Ok(http::json(StatusCode::OK, &view))
+}
+
+/// A request of a device (R40): a heartbeat, with what its headers report (400 naming a
+/// malformed one). Kept in memory; the status entry is written only when [`must_persist`]
+/// says so and this replica has not written it within `persistEvery`, by the one writer of the
+/// Mutation's heartbeats ([`write_due`]), which the device does not wait for. A failed write
+/// fails nothing: the next request tries again.
+pub fn heard_from(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    let Caller::Device {
+        namespace: ns,
+        name,
+        id,
+        ..
+    } = caller
+    else {
+        return Ok(());
+    };
+    let reported = reported(headers).map_err(ApiError::bad_request)?;
+    let now = Timestamp::now();
+    let Beat {
+        reported: known, ..
+    } = state.heartbeats.heard(ns, name, id, now, &reported);
+    let Some(m) = state.caches.mutations.get(&ObjectRef::new(name).within(ns)) else {
+        return Ok(());
+    };
+    let Some(Ok(policy)) = m.spec.devices.as_ref().map(Policy::of) else {
+        return Ok(());
+    };
+    let persisted = listed(&m).iter().find(|d| d.id == *id);
+    if !must_persist(persisted, now, &policy, &known) {
+        return Ok(());
+    }
+    if !state
+        .heartbeats
+        .claim_write(ns, name, id, now, policy.persist_every)
+    {
+        return Ok(());
+    }
+    let registry = cached_registry(&state.caches, &m);
+    let Some(record) = registry.devices.get(id.as_str()) else {
+        return Ok(());
+    };
+    let due = Due {
+        id: id.clone(),
+        now,
+        reported: known,
+        fallback: DeviceStatus {
+            id: id.clone(),
+            variant: record.variant.clone(),
+            enrolled_at: record.enrolled_at.clone(),
+            last_seen: record.enrolled_at.clone(),
+            state: DeviceState::Online,
+            reported: Default::default(),
+        },
+    };
+    if state.heartbeats.queue(ns, name, due) {
+        tokio::spawn(write_due(state.clone(), ns.clone(), name.clone()));
+    }
+    Ok(())
+}
+
+/// The writer of Mutation `ns/name`'s heartbeats: writes what is due, in batches, until
+/// nothing is.
+async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
+    loop {
+        let due = state.heartbeats.take_due(&ns, &name);
+        if due.is_empty() {
+            return;
+        }
+        let result = write_devices(&state.client, &ns, &name, |m| {
+            let policy = Policy::of(m.spec.devices.as_ref()?).ok()?;
+            let mut list = listed(m).to_vec();
+            let mut changed = false;
+            for d in &due {
+                let at = list.iter().position(|e| e.id == d.id);
+                let entry = at.map_or(&d.fallback, |i| &list[i]);
+                if at.is_some() && !must_persist(Some(entry), d.now, &policy, &d.reported) {
+                    continue;
+                }
+                let updated = heard(entry, d.now, &d.reported);
+                match at {
+                    Some(i) => list[i] = updated,
+                    None => list.push(updated),
+                }
+                changed = true;
+            }
+            changed.then_some(list)
+        })
+        .await;
+        if let Err(err) = result {
+            for d in &due {
+                state.heartbeats.unclaim(&ns, &name, &d.id);
+            }
+            tracing::warn!(namespace = %ns, name = %name, devices = due.len(), error = %err, "could not write heartbeats");
+        }
+    }
+}
+
+/// The devices listed in `m`'s status.
+fn listed(m: &Mutation) -> &[DeviceStatus] {
+    m.status.as_ref().map_or(&[][..], |s| &s.devices[..])
+}
+
+/// The Service of variant `label`, as its status says.
+fn service_of<'a>(m: &'a Mutation, label: &str) -> Option<&'a VariantService> {
+    m.status
+        .as_ref()?
+        .variants
+        .iter()
+        .find(|v| v.label == label)?
+        .service
+        .as_ref()
+}
+
+/// Device `id` as this replica knows it: its status entry (or, not listed yet, its record),
+/// seen when this replica last heard it if that is later than what was written.
+fn view(
+    state: &ApiState,
+    m: &Mutation,
+    registry: &Registry,
+    ns: &str,
+    name: &str,
+    id: &str,
+) -> Option<DeviceStatus> {
+    let entry = match listed(m).iter().find(|d| d.id == id) {
+        Some(entry) => entry.clone(),
+        None => {
+            let record = registry.devices.get(id)?;
+            DeviceStatus {
+                id: id.to_owned(),
+                variant: record.variant.clone(),
+                enrolled_at: record.enrolled_at.clone(),
+                last_seen: record.enrolled_at.clone(),
+                state: DeviceState::Online,
+                reported: Default::default(),
+            }
+        }
+    };
+    let Some(beat) = state.heartbeats.get(ns, name, id) else {
+        return Some(entry);
+    };
+    let written = entry.last_seen.parse::<Timestamp>().ok();
+    if written.is_some_and(|w| w >= beat.seen) {
+        return Some(entry);
+    }
+    Some(heard(&entry, beat.seen, &beat.reported))
+}
+
+/// The registry of `m`'s devices Secret in this replica's cache (empty when there is none, or
+/// it is not `m`'s).
+fn cached_registry(caches: &Caches, m: &Mutation) -> Registry {
+    let (Some(ns), Some(name), Some(uid)) = (
+        m.metadata.namespace.as_deref(),
+        m.metadata.name.as_deref(),
+        m.metadata.uid.as_deref(),
+    ) else {
+        return Registry::default();
+    };
+    caches
+        .secrets
+        .get(&ObjectRef::new(&devices_secret_name(name)).within(ns))
+        .filter(|s| is_controlled_by(&s.metadata, uid))
+        .and_then(|s| s.devices.as_deref().cloned())
+        .unwrap_or_default()
+}
+
+/// Waits (a few seconds at most) until this replica's cache of Mutation `ns/name`'s devices
+/// Secret satisfies `done`.
+async fn wait_registry<F: Fn(&Registry) -> bool>(state: &ApiState, ns: &str, name: &str, done: F) {
+    let key = ObjectRef::new(&devices_secret_name(name)).within(ns);
+    let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
+    let _ = state
+        .caches
+        .until(Some(deadline), |caches: &Caches, _: &CacheState| {
+            let registry = caches
+                .secrets
+                .get(&key)
+                .and_then(|s| s.devices.as_deref().cloned())
+                .unwrap_or_default();
+            done(&registry).then_some(())
+        })
+        .await;
+}
+
+/// The devices Secret of `owner`, read from the API server, and its registry. A Secret of
+/// that name that the Mutation does not control is refused (409), never read further.
+async fn read_registry(state: &ApiState, owner: &Owner) -> Result<Registry, ApiError> {
+    Ok(read_secret(state, owner).await?.1)
+}
+
+async fn read_secret(
+    state: &ApiState,
+    owner: &Owner,
+) -> Result<(Option<Secret>, Registry), ApiError> {
+    let api: Api<Secret> = Api::namespaced(state.client.clone(), &owner.namespace);
+    let name = devices_secret_name(&owner.name);
+    let Some(secret) = api.get_opt(&name).await? else {
+        return Ok((None, Registry::default()));
+    };
+    if !is_controlled_by(&secret.metadata, &owner.uid) {
+        return Err(ApiError::conflict(format!(
+            "Secret {name:?} exists and is not owned by mutation {}/{}: devices cannot \
+             enroll until it is deleted",
+            owner.namespace, owner.name
+        )));
+    }
+    let registry = Registry::from_data(secret.data.as_ref().unwrap_or(&Default::default()));
+    Ok((Some(secret), registry))
+}
+
+/// Read-modify-write of the devices Secret: `change` edits the registry read from the API
+/// server (or refuses), and the Secret is written with the resourceVersion it was read at
+/// (created when missing); a conflict reads again. Returns the registry before and after.
+async fn edit_registry<F>(
+    state: &ApiState,
+    owner: &Owner,
+    change: F,
+) -> Result<(Registry, Registry), ApiError>
+where
+    F: Fn(&mut Registry) -> Result<(), ApiError>,
+{
+    let api: Api<Secret> = Api::namespaced(state.client.clone(), &owner.namespace);
+    let name = devices_secret_name(&owner.name);
+    let params = PostParams {
+        field_manager: Some("mutantops-api".into()),
+        ..PostParams::default()
+    };
+    for attempt in 1..=MAX_ATTEMPTS {
+        let (existing, before) = read_secret(state, owner).await?;
+        let mut after = before.clone();
+        change(&mut after)?;
+        let data = Some(after.to_data());
+        let result = match existing {
+            Some(mut secret) => {
+                secret.data = data;
+                secret.string_data = None;
+                api.replace(&name, &params, &secret).await
+            }
+            None => {
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        annotations: Some(
+                            [(
+                                "mutantops.neiam.org/contents".to_owned(),
+                                "SHA-256 hashes of device tokens; no token".to_owned(),
+                            )]
+                            .into(),
+                        ),
+                        ..owned_metadata(owner, &name)
+                    },
+                    type_: Some("Opaque".to_owned()),
+                    data,
+                    ..Secret::default()
+                };
+                api.create(&params, &secret).await
+            }
+        };
+        match result {
+            Ok(_) => return Ok((before, after)),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(namespace = %owner.namespace, secret = %name, attempt, "devices Secret changed meanwhile; retrying");
+                tokio::time::sleep(Duration::from_millis(2 * attempt as u64)).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("Secret {name:?} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again"),
+    ))
+}

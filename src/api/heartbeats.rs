@@ -1,0 +1,441 @@
+//! What this replica heard from devices (R40): every authenticated request of a device is a
+//! heartbeat, kept here in memory with what the device reported in its headers; the status is
+//! written only when [`crate::variant::devices::must_persist`] says so, and this replica does
+//! not write the same device twice within its `persistEvery`. Bounded: at most
+//! [`MAX_REMEMBERED`] devices; past that the oldest are forgotten (which costs at most an
+//! early write).
+
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+
+use hyper::HeaderMap;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{DeviceStatus, Reported};
+
+/// Most devices one replica remembers.
+pub const MAX_REMEMBERED: usize = 20_000;
+
+/// Reads what a device reports in `headers` (`Refresh-Rate`, `Battery-Voltage`, `RSSI`,
+/// `FW-Version`, `Width`, `Height`, as TRMNL firmware sends them); a header that is there and
+/// malformed is refused, naming it.
+pub fn reported(headers: &HeaderMap) -> Result<Reported, String> {
+    let text = |name: &str| -> Result<Option<&str>, String> {
+        let mut values = headers.get_all(name).iter();
+        let Some(value) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(format!("header {name}: sent more than once"));
+        }
+        let value = value
+            .to_str()
+            .map_err(|_| format!("header {name}: not printable ASCII"))?
+            .trim();
+        Ok(Some(value))
+    };
+    let number = |name: &str, min: i64, max: i64| -> Result<Option<i64>, String> {
+        let Some(value) = text(name)? else {
+            return Ok(None);
+        };
+        match value.parse::<i64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(format!(
+                "header {name}: {:?} is not a whole number from {min} to {max}",
+                shorten(value)
+            )),
+        }
+    };
+    let unsigned = |name: &str, min: i64, max: i64| -> Result<Option<u32>, String> {
+        Ok(number(name, min, max)?.and_then(|n| u32::try_from(n).ok()))
+    };
+    let battery_millivolts = match text("Battery-Voltage")? {
+        None => None,
+        Some(value) => Some(millivolts(value).ok_or_else(|| {
+            format!(
+                "header Battery-Voltage: {:?} is not a voltage from 0 to 10 (volts, e.g. 4.12)",
+                shorten(value)
+            )
+        })?),
+    };
+    let fw_version = match text("FW-Version")? {
+        None => None,
+        Some(value) => {
+            let fine = !value.is_empty()
+                && value.len() <= 64
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b));
+            if !fine {
+                return Err(format!(
+                    "header FW-Version: {:?} is not 1 to 64 letters, digits, '.', '_', '-' and '+'",
+                    shorten(value)
+                ));
+            }
+            Some(value.to_owned())
+        }
+    };
+    Ok(Reported {
+        refresh_rate: unsigned("Refresh-Rate", 1, 7 * 24 * 3600)?,
+        battery_millivolts,
+        rssi: number("RSSI", -200, 0)?.and_then(|n| i32::try_from(n).ok()),
+        fw_version,
+        width: unsigned("Width", 1, 16_384)?,
+        height: unsigned("Height", 1, 16_384)?,
+    })
+}
+
+fn shorten(value: &str) -> String {
+    value.chars().take(40).collect()
+}
+
+/// `4.12` volts as 4120 millivolts: a decimal number from 0 to 10 with at most 3 decimals.
+fn millivolts(value: &str) -> Option<u32> {
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    if whole.is_empty()
+        || whole.len() > 2
+        || fraction.len() > 3
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let whole: u32 = whole.parse().ok()?;
+    let mut fraction = fraction.to_owned();
+    while fraction.len() < 3 {
+        fraction.push('0');
+    }
+    let mv = whole * 1000 + fraction.parse::<u32>().ok()?;
+    (mv <= 10_000).then_some(mv)
+}
+
+/// One device as this replica last heard it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Beat {
+    /// When.
+    pub seen: Timestamp,
+    /// What it reported (merged over what it reported before).
+    pub reported: Reported,
+    /// When this replica last wrote its status entry.
+    pub written: Option<Timestamp>,
+}
+
+/// A heartbeat waiting to be written: when, what the device reported, and its entry should
+/// the status not list it yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Due {
+    /// The device's id.
+    pub id: String,
+    /// When it was heard.
+    pub now: Timestamp,
+    /// What it reported, merged.
+    pub reported: Reported,
+    /// Its entry, for a status that does not list it yet.
+    pub fallback: DeviceStatus,
+}
+
+/// The heartbeats of one Mutation waiting to be written, and whether a writer is at work.
+#[derive(Default)]
+struct Pending {
+    due: HashMap<String, Due>,
+    writing: bool,
+}
+
+/// The devices this replica heard, by namespace, Mutation and id, and the heartbeats waiting
+/// to be written, by Mutation: one writer per Mutation takes them in batches, so a hundred
+/// devices polling at once cost a few writes, not a hundred racing on one resourceVersion.
+#[derive(Default)]
+pub struct Heartbeats {
+    beats: Mutex<HashMap<(String, String, String), Beat>>,
+    pending: Mutex<HashMap<(String, String), Pending>>,
+}
+
+impl Heartbeats {
+    /// Records a request of device `id` of `ns/name` heard at `now`; returns the beat as now
+    /// known.
+    pub fn heard(
+        &self,
+        ns: &str,
+        name: &str,
+        id: &str,
+        now: Timestamp,
+        reported: &Reported,
+    ) -> Beat {
+        let Ok(mut beats) = self.beats.lock() else {
+            return Beat {
+                seen: now,
+                reported: reported.clone(),
+                written: None,
+            };
+        };
+        if beats.len() >= MAX_REMEMBERED {
+            forget_oldest(&mut beats);
+        }
+        let key = (ns.to_owned(), name.to_owned(), id.to_owned());
+        let beat = beats.entry(key).or_insert_with(|| Beat {
+            seen: now,
+            reported: Reported::default(),
+            written: None,
+        });
+        beat.seen = beat.seen.max(now);
+        merge(&mut beat.reported, reported);
+        beat.clone()
+    }
+
+    /// Whether this replica wrote device `id` within `every` of `now`; if not, notes that it
+    /// writes now (so that requests arriving together write once).
+    pub fn claim_write(
+        &self,
+        ns: &str,
+        name: &str,
+        id: &str,
+        now: Timestamp,
+        every: Duration,
+    ) -> bool {
+        let Ok(mut beats) = self.beats.lock() else {
+            return true;
+        };
+        let key = (ns.to_owned(), name.to_owned(), id.to_owned());
+        let Some(beat) = beats.get_mut(&key) else {
+            return true;
+        };
+        let recent = beat.written.is_some_and(|w| {
+            now.as_second().saturating_sub(w.as_second())
+                < i64::try_from(every.as_secs()).unwrap_or(i64::MAX)
+        });
+        if recent {
+            return false;
+        }
+        beat.written = Some(now);
+        true
+    }
+
+    /// Forgets that this replica wrote device `id` (the write failed: the next request tries).
+    pub fn unclaim(&self, ns: &str, name: &str, id: &str) {
+        if let Ok(mut beats) = self.beats.lock()
+            && let Some(beat) = beats.get_mut(&(ns.to_owned(), name.to_owned(), id.to_owned()))
+        {
+            beat.written = None;
+        }
+    }
+
+    /// The last beat this replica heard of device `id`.
+    pub fn get(&self, ns: &str, name: &str, id: &str) -> Option<Beat> {
+        let beats = self.beats.lock().ok()?;
+        beats
+            .get(&(ns.to_owned(), name.to_owned(), id.to_owned()))
+            .cloned()
+    }
+
+    /// Queues a heartbeat of Mutation `ns/name` to be written. Returns whether the caller is
+    /// to start the writer ([`Heartbeats::take_due`] until it is empty): none is at work.
+    pub fn queue(&self, ns: &str, name: &str, due: Due) -> bool {
+        let Ok(mut pending) = self.pending.lock() else {
+            return false;
+        };
+        let entry = pending.entry((ns.to_owned(), name.to_owned())).or_default();
+        entry.due.insert(due.id.clone(), due);
+        !std::mem::replace(&mut entry.writing, true)
+    }
+
+    /// The heartbeats of Mutation `ns/name` waiting to be written, all of them; empty when
+    /// there are none, and then the writer stops (the next [`Heartbeats::queue`] starts one).
+    pub fn take_due(&self, ns: &str, name: &str) -> Vec<Due> {
+        let Ok(mut pending) = self.pending.lock() else {
+            return Vec::new();
+        };
+        let key = (ns.to_owned(), name.to_owned());
+        let Some(entry) = pending.get_mut(&key) else {
+            return Vec::new();
+        };
+        let due: Vec<Due> = entry.due.drain().map(|(_, d)| d).collect();
+        if due.is_empty() {
+            pending.remove(&key);
+        }
+        due
+    }
+
+    /// Forgets device `id` (it was removed).
+    pub fn forget(&self, ns: &str, name: &str, id: &str) {
+        if let Ok(mut beats) = self.beats.lock() {
+            beats.remove(&(ns.to_owned(), name.to_owned(), id.to_owned()));
+        }
+    }
+}
+
+fn forget_oldest(beats: &mut HashMap<(String, String, String), Beat>) {
+    let mut seen: Vec<Timestamp> = beats.values().map(|b| b.seen).collect();
+    seen.sort_unstable();
+    // The oldest tenth goes at once, so that this sort is rare.
+    let cut = seen.get(seen.len() / 10).copied();
+    if let Some(cut) = cut {
+        beats.retain(|_, b| b.seen > cut);
+    }
+}
+
+fn merge(into: &mut Reported, new: &Reported) {
+    let Reported {
+        refresh_rate,
+        battery_millivolts,
+        rssi,
+        fw_version,
+        width,
+        height,
+    } = new.clone();
+    into.refresh_rate = refresh_rate.or(into.refresh_rate);
+    into.battery_millivolts = battery_millivolts.or(into.battery_millivolts);
+    into.rssi = rssi.or(into.rssi);
+    into.fw_version = fw_version.or_else(|| into.fw_version.take());
+    into.width = width.or(into.width);
+    into.height = height.or(into.height);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(
+                *name,
+                HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
+            );
+        }
+        h
+    }
+
+    // R40, issue 34 item 2: the TRMNL headers are read strictly, a refusal names the header
+    #[test]
+    fn reported_headers_are_parsed_strictly() {
+        let r = reported(&headers(&[
+            ("Refresh-Rate", "900"),
+            ("Battery-Voltage", "4.12"),
+            ("RSSI", "-67"),
+            ("FW-Version", "1.5.2"),
+            ("Width", "800"),
+            ("Height", "480"),
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            r,
+            Reported {
+                refresh_rate: Some(900),
+                battery_millivolts: Some(4120),
+                rssi: Some(-67),
+                fw_version: Some("1.5.2".into()),
+                width: Some(800),
+                height: Some(480),
+            }
+        );
+        assert_eq!(reported(&HeaderMap::new()), Ok(Reported::default()));
+        for (name, value) in [
+            ("Refresh-Rate", "0"),
+            ("Refresh-Rate", "15m"),
+            ("Battery-Voltage", "4,12"),
+            ("Battery-Voltage", "11"),
+            ("Battery-Voltage", "-1"),
+            ("Battery-Voltage", "4.1234"),
+            ("RSSI", "12"),
+            ("FW-Version", "1.0 beta"),
+            ("Width", "99999"),
+            ("Height", "x"),
+        ] {
+            let err = reported(&headers(&[(name, value)]))
+                .err()
+                .unwrap_or_else(|| panic!("{name}: {value} was accepted"));
+            assert!(err.starts_with(&format!("header {name}:")), "{err}");
+        }
+        let twice = reported(&headers(&[("Width", "1"), ("Width", "2")]));
+        assert!(twice.is_err_and(|e| e.contains("more than once")));
+        assert_eq!(millivolts("3.7"), Some(3700));
+        assert_eq!(millivolts("10"), Some(10_000));
+        assert_eq!(millivolts("10.001"), None);
+        assert_eq!(millivolts(".5"), None);
+    }
+
+    // R40: one write per persistEvery on this replica, however many requests arrive together
+    #[test]
+    fn a_replica_claims_one_write_per_period() {
+        let beats = Heartbeats::default();
+        let t =
+            |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"));
+        let every = Duration::from_secs(600);
+        beats.heard("ns", "web", "a", t(0), &Reported::default());
+        assert!(beats.claim_write("ns", "web", "a", t(0), every));
+        assert!(!beats.claim_write("ns", "web", "a", t(1), every));
+        assert!(!beats.claim_write("ns", "web", "a", t(599), every));
+        assert!(beats.claim_write("ns", "web", "a", t(600), every));
+        beats.unclaim("ns", "web", "a");
+        assert!(beats.claim_write("ns", "web", "a", t(601), every));
+        // what a device reports is merged over what it reported before
+        let first = Reported {
+            width: Some(800),
+            ..Reported::default()
+        };
+        beats.heard("ns", "web", "a", t(2), &first);
+        let second = Reported {
+            rssi: Some(-50),
+            ..Reported::default()
+        };
+        let beat = beats.heard("ns", "web", "a", t(3), &second);
+        assert_eq!(
+            (beat.reported.width, beat.reported.rssi),
+            (Some(800), Some(-50))
+        );
+        assert_eq!(beat.seen, t(3));
+        beats.forget("ns", "web", "a");
+        assert_eq!(beats.get("ns", "web", "a"), None);
+    }
+
+    // R40: heartbeats queue per Mutation; one writer takes them in batches until none is left
+    #[test]
+    fn heartbeats_are_written_in_batches_by_one_writer() {
+        let beats = Heartbeats::default();
+        let now = Timestamp::from_second(1_800_000_000).unwrap_or_else(|e| panic!("{e}"));
+        let due = |id: &str| Due {
+            id: id.into(),
+            now,
+            reported: Reported::default(),
+            fallback: DeviceStatus {
+                id: id.into(),
+                variant: "v".into(),
+                enrolled_at: now.to_string(),
+                last_seen: now.to_string(),
+                state: crate::crd::DeviceState::Online,
+                reported: Reported::default(),
+            },
+        };
+        assert!(
+            beats.queue("ns", "web", due("a")),
+            "the first starts the writer"
+        );
+        assert!(!beats.queue("ns", "web", due("b")), "one writer at a time");
+        assert!(
+            beats.queue("ns", "other", due("a")),
+            "one writer per Mutation"
+        );
+        let mut batch: Vec<String> = beats
+            .take_due("ns", "web")
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        batch.sort();
+        assert_eq!(batch, ["a", "b"]);
+        assert!(
+            !beats.queue("ns", "web", due("c")),
+            "the writer is still at work"
+        );
+        assert_eq!(beats.take_due("ns", "web").len(), 1);
+        assert!(
+            beats.take_due("ns", "web").is_empty(),
+            "done: the writer stops"
+        );
+        assert!(
+            beats.queue("ns", "web", due("d")),
+            "and the next heartbeat starts one"
+        );
+    }
+}
