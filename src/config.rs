@@ -18,6 +18,8 @@ pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
 /// characters are 128 bits; anything shorter can be guessed or was typed by hand.
 pub const MIN_ADMIN_TOKEN: usize = 32;
 
+/// Default `MUTANT_METRICS_MAX_DEVICES`: the most devices that get metric series of their own.
+pub const DEFAULT_METRICS_MAX_DEVICES: usize = 200;
 /// Default `MUTANT_API_MAX_CONNECTIONS`.
 pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
 /// Default `MUTANT_STALE_AFTER_SECONDS`: two Lease durations.
@@ -91,6 +93,9 @@ pub struct Config {
     /// `MUTANT_STALE_AFTER_SECONDS`: how long the API server may fail to answer before this
     /// replica stops answering from its caches and reports not ready.
     pub stale_after: Duration,
+    /// `MUTANT_METRICS_MAX_DEVICES`: the most devices (of all Mutations) that get metric series
+    /// of their own; above it only the counts per state are exported.
+    pub metrics_max_devices: usize,
     /// `MUTANT_LEASE_DURATION_SECONDS`: how long the leader's Lease is valid without renewal.
     pub lease_duration: Duration,
     /// `POD_NAMESPACE`: where the leader Lease lives; `None` (unset or empty) for the watch
@@ -220,6 +225,13 @@ impl Config {
             1,
             86_400,
         )?);
+        let metrics_max_devices = usize::try_from(whole(
+            "MUTANT_METRICS_MAX_DEVICES",
+            DEFAULT_METRICS_MAX_DEVICES as u64,
+            0,
+            100_000,
+        )?)
+        .unwrap_or(DEFAULT_METRICS_MAX_DEVICES);
         let pod_namespace = text("POD_NAMESPACE")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
@@ -296,6 +308,7 @@ impl Config {
             api_namespaces,
             api_max_connections,
             stale_after,
+            metrics_max_devices,
             lease_duration,
             pod_namespace,
             pod_name,

@@ -180,6 +180,14 @@ impl Metrics {
         });
     }
 
+    /// The most devices that get series of their own (`MUTANT_METRICS_MAX_DEVICES`); above
+    /// it, only `mutantops_devices`.
+    pub fn set_max_devices(&self, max: usize) {
+        self.caches
+            .max_devices
+            .store(max, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Records one finished reconcile of an owner of `kind` that took `duration`. `error` is
     /// `None` on success, else the `error` label of `mutant_operator_reconcile_errors_total`
     /// (`invalid`, `api` or `client`).
@@ -258,6 +266,19 @@ impl Metrics {
     #[cfg(test)]
     fn set_cache_view(&self, view: CacheView) {
         self.caches.set(view);
+    }
+
+    /// The stores the cache gauges read, without the rest of [`Caches`]: what
+    /// [`Metrics::set_caches`] hands over, for a process (or a test) that has only these.
+    pub fn set_stores(
+        &self,
+        mutant_deployments: kube::runtime::reflector::Store<crate::crd::MutantDeployment>,
+        mutations: kube::runtime::reflector::Store<crate::crd::Mutation>,
+    ) {
+        self.caches.set(CacheView {
+            mutant_deployments,
+            mutations,
+        });
     }
 }
 

@@ -115,6 +115,7 @@ pub async fn run(config: Config) -> Result<()> {
 
     let (trigger, stop) = shutdown::channel();
     let metrics = Arc::new(Metrics::new());
+    metrics.set_max_devices(config.metrics_max_devices);
     // Every replica watches and serves; only the leader's reconciles act (R30). The election
     // stops (and releases the Lease) only after the controllers have stopped.
     let (elector, leader) = Elector::new(

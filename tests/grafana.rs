@@ -43,7 +43,7 @@ fn panels(dashboard: &Value) -> Vec<&Value> {
 /// The families of the operator's exposition (OpenMetrics, as Prometheus asks for it) by
 /// name, with their type, as the library renders them; and every sample name.
 fn exported() -> (BTreeMap<String, String>, BTreeSet<String>) {
-    let text = mutantops::metrics::Metrics::new().encode();
+    let text = files::exposition();
     let mut families = BTreeMap::new();
     let mut samples = BTreeSet::new();
     for line in text.lines() {
@@ -204,6 +204,10 @@ fn every_query_uses_exported_metrics() {
         "mutant_operator_leader",
         "mutant_operator_build_info",
         "process_resident_memory_bytes",
+        "mutantops_devices",
+        "mutantops_device_last_seen_timestamp_seconds",
+        "mutantops_device_battery_volts",
+        "mutantops_device_rssi_dbm",
     ] {
         assert!(
             used_families.contains(family),

@@ -29,7 +29,9 @@ use serde_yaml::Value;
 const JOB: &str = "mutantops";
 
 /// The alerts of rules.yaml.
-const ALERTS: [&str; 5] = [
+const ALERTS: [&str; 7] = [
+    "MutantDeviceBatteryLow",
+    "MutantDeviceSilent",
     "MutantOpsDown",
     "MutantOpsNoLeader",
     "MutantOpsReconcileErrors",
@@ -70,7 +72,7 @@ fn rules() -> Vec<Value> {
 /// The sample names of the operator's exposition (OpenMetrics, as Prometheus asks for it),
 /// rendered by the library: what a PromQL expression can select.
 fn exported_names() -> BTreeSet<String> {
-    let text = mutantops::metrics::Metrics::new().encode();
+    let text = files::exposition();
     let names: BTreeSet<String> = text
         .lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
@@ -198,7 +200,7 @@ fn alerts_use_only_metrics_the_operator_exports() {
 /// The states the variant alerts select are states the operator reports.
 #[test]
 fn the_variant_alerts_select_reported_states() {
-    let text = mutantops::metrics::Metrics::new().encode();
+    let text = files::exposition();
     for state in ["Conflict", "Invalid"] {
         let series = format!("mutant_operator_mutation_variants{{state=\"{state}\"}}");
         assert!(text.contains(&series), "{series} in:\n{text}");

@@ -215,12 +215,15 @@ fn api_namespaces_connections_and_staleness() {
     assert_eq!(c.api_namespaces, None);
     assert_eq!(c.api_max_connections, DEFAULT_API_MAX_CONNECTIONS);
     assert_eq!(c.stale_after, Duration::from_secs(30));
+    assert_eq!(c.metrics_max_devices, DEFAULT_METRICS_MAX_DEVICES);
     let c = config(&[
         ("MUTANT_API_NAMESPACES", " boards, kiosks ,"),
         ("MUTANT_API_MAX_CONNECTIONS", "64"),
         ("MUTANT_STALE_AFTER_SECONDS", "5"),
+        ("MUTANT_METRICS_MAX_DEVICES", "0"),
     ])
     .unwrap();
+    assert_eq!(c.metrics_max_devices, 0);
     assert_eq!(
         c.api_namespaces,
         Some(vec!["boards".to_string(), "kiosks".to_string()])
@@ -238,6 +241,8 @@ fn api_namespaces_connections_and_staleness() {
         ("MUTANT_API_MAX_CONNECTIONS", "0"),
         ("MUTANT_API_MAX_CONNECTIONS", "lots"),
         ("MUTANT_STALE_AFTER_SECONDS", "0"),
+        ("MUTANT_METRICS_MAX_DEVICES", "100001"),
+        ("MUTANT_METRICS_MAX_DEVICES", "-1"),
     ] {
         let e = config(&[(name, value)]).unwrap_err().to_string();
         assert!(e.contains(name), "{name}={value}: {e}");

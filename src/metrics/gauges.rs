@@ -1,9 +1,14 @@
 //! The gauges read off the caches at each scrape: owners and declared variants per kind,
-//! Mutation variants per reported state.
+//! Mutation variants per reported state, and the devices of Mutations with `spec.devices`:
+//! how many in each state, and per device (while there are no more than the cap) when each
+//! was last seen and what it reported of its battery and signal.
 
 use std::{
     fmt,
-    sync::{PoisonError, RwLock},
+    sync::{
+        PoisonError, RwLock,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use kube::runtime::reflector::Store;
@@ -13,8 +18,9 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
-use super::labels::{KINDS, KindLabel, STATES, StateLabel};
-use crate::crd::{MutantDeployment, Mutation, OwnerResource};
+use super::labels::{DeviceLabels, DeviceStateLabels, KINDS, KindLabel, STATES, StateLabel};
+use crate::config::DEFAULT_METRICS_MAX_DEVICES;
+use crate::crd::{DeviceState, MutantDeployment, Mutation, OwnerResource};
 
 /// The caches the gauges read.
 #[derive(Clone)]
@@ -56,9 +62,19 @@ impl CacheView {
 }
 
 /// Encodes the cache gauges on each scrape.
-#[derive(Default)]
 pub(super) struct CacheCollector {
     view: RwLock<Option<CacheView>>,
+    /// The most devices with series of their own; above it, only `mutantops_devices`.
+    pub(super) max_devices: AtomicUsize,
+}
+
+impl Default for CacheCollector {
+    fn default() -> Self {
+        CacheCollector {
+            view: RwLock::default(),
+            max_devices: AtomicUsize::new(DEFAULT_METRICS_MAX_DEVICES),
+        }
+    }
 }
 
 impl fmt::Debug for CacheCollector {
@@ -73,13 +89,115 @@ impl CacheCollector {
     }
 
     pub(super) fn counts(&self) -> CacheCounts {
-        let view = self
-            .view
+        self.view().map(|v| v.counts()).unwrap_or_default()
+    }
+
+    fn view(&self) -> Option<CacheView> {
+        self.view
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        view.map(|v| v.counts()).unwrap_or_default()
+            .clone()
     }
+}
+
+/// Encodes the device families: `mutantops_devices` for every Mutation with `spec.devices`
+/// (every state, 0 included, so that alerts see a device leave a state), and, while all of them
+/// have at most `max` devices in all, the per-device families; `mutantops_device_series_capped`
+/// says whether they were left out.
+fn encode_devices(
+    encoder: &mut DescriptorEncoder,
+    mutations: &[std::sync::Arc<Mutation>],
+    max: usize,
+) -> Result<(), fmt::Error> {
+    let with_devices: Vec<(&str, &str, &[crate::crd::DeviceStatus])> = mutations
+        .iter()
+        .filter(|m| m.spec.devices.is_some())
+        .filter_map(|m| {
+            let ns = m.metadata.namespace.as_deref()?;
+            let name = m.metadata.name.as_deref()?;
+            let devices = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+            Some((ns, name, devices))
+        })
+        .collect();
+    let mut states = encoder.encode_descriptor(
+        "mutantops_devices",
+        "Devices of Mutations with spec.devices, by state.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (namespace, mutation, devices) in &with_devices {
+        for state in DeviceState::ALL {
+            let count = devices.iter().filter(|d| d.state == state).count() as u64;
+            let labels = DeviceStateLabels {
+                namespace: (*namespace).to_owned(),
+                mutation: (*mutation).to_owned(),
+                state: state.as_str(),
+            };
+            states.encode_family(&labels)?.encode_gauge(&count)?;
+        }
+    }
+    let total: usize = with_devices.iter().map(|(_, _, d)| d.len()).sum();
+    let capped = total > max;
+    encoder
+        .encode_descriptor(
+            "mutantops_device_series_capped",
+            "1 when there are more devices than MUTANT_METRICS_MAX_DEVICES and the per-device \
+             series are left out.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&u64::from(capped))?;
+    let each = || {
+        with_devices
+            .iter()
+            .filter(|_| !capped)
+            .flat_map(|(namespace, mutation, devices)| {
+                devices.iter().map(move |d| {
+                    let labels = DeviceLabels {
+                        namespace: (*namespace).to_owned(),
+                        mutation: (*mutation).to_owned(),
+                        device: d.id.clone(),
+                    };
+                    (labels, d)
+                })
+            })
+    };
+    let mut seen = encoder.encode_descriptor(
+        "mutantops_device_last_seen_timestamp_seconds",
+        "When each device was last seen, as written to its Mutation's status (Unix time).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (labels, d) in each() {
+        if let Ok(t) = d.last_seen.parse::<k8s_openapi::jiff::Timestamp>() {
+            seen.encode_family(&labels)?.encode_gauge(&t.as_second())?;
+        }
+    }
+    let mut battery = encoder.encode_descriptor(
+        "mutantops_device_battery_volts",
+        "The battery voltage each device last reported (Battery-Voltage).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (labels, d) in each() {
+        if let Some(mv) = d.reported.battery_millivolts {
+            battery
+                .encode_family(&labels)?
+                .encode_gauge(&(f64::from(mv) / 1000.0))?;
+        }
+    }
+    let mut rssi = encoder.encode_descriptor(
+        "mutantops_device_rssi_dbm",
+        "The Wi-Fi signal each device last reported (RSSI).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (labels, d) in each() {
+        if let Some(dbm) = d.reported.rssi {
+            rssi.encode_family(&labels)?.encode_gauge(&i64::from(dbm))?;
+        }
+    }
+    Ok(())
 }
 
 impl Collector for CacheCollector {
@@ -112,7 +230,10 @@ impl Collector for CacheCollector {
                 .map(|s| StateLabel { state: s.as_str() })
                 .into_iter()
                 .zip(counts.states),
-        )
+        )?;
+        let mutations = self.view().map(|v| v.mutations.state()).unwrap_or_default();
+        let max = self.max_devices.load(Ordering::Relaxed);
+        encode_devices(&mut encoder, &mutations, max)
     }
 }
 

@@ -51,6 +51,22 @@ pub(super) struct StateLabel {
     pub(super) state: &'static str,
 }
 
+/// `mutantops_devices`: devices of one Mutation in one state (R39).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DeviceStateLabels {
+    pub(super) namespace: String,
+    pub(super) mutation: String,
+    pub(super) state: &'static str,
+}
+
+/// The per-device families (R40), below `MUTANT_METRICS_MAX_DEVICES`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DeviceLabels {
+    pub(super) namespace: String,
+    pub(super) mutation: String,
+    pub(super) device: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct VersionLabel {
     pub(super) version: &'static str,

@@ -461,3 +461,67 @@ fn negotiates_the_format() {
         );
     }
 }
+
+/// A Mutation with spec.devices and these (id, state, battery mV, RSSI) devices.
+fn fleet(name: &str, devices: &[(&str, &str, Option<u32>, Option<i32>)]) -> Mutation {
+    let devices: Vec<serde_json::Value> = devices
+        .iter()
+        .map(|(id, state, mv, rssi)| {
+            serde_json::json!({"id": id, "variant": "v", "enrolledAt": "2026-12-01T00:00:00Z",
+                "lastSeen": "2026-12-03T00:00:00Z", "state": state,
+                "reported": {"batteryMillivolts": mv, "rssi": rssi}})
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "neiam.org/v1", "kind": "Mutation",
+        "metadata": {"name": name, "namespace": "displays", "uid": name},
+        "spec": {"deployment": {}, "devices": {}},
+        "status": {"summary": "", "devices": devices}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+// R39, R40 (issue 34, item 8): devices by state for every Mutation with spec.devices, every
+// state listed; per-device series up to the cap, and only the counts above it
+#[test]
+fn device_gauges_follow_the_statuses_and_the_cap() {
+    let metrics = Metrics::new();
+    let (md_store, _md_writer) = reflector::store::<MutantDeployment>();
+    let (m_store, mut m_writer) = reflector::store::<Mutation>();
+    metrics.set_stores(md_store, m_store);
+    m_writer.apply_watcher_event(&watcher::Event::Apply(fleet(
+        "fleet",
+        &[
+            ("lilygo-1", "Online", Some(3910), Some(-61)),
+            ("lilygo-2", "Late", None, None),
+        ],
+    )));
+    m_writer.apply_watcher_event(&watcher::Event::Apply(mutation("plain", &["a"], &[])));
+    let text = metrics.encode();
+    assert_lines(
+        &text,
+        &[
+            r#"mutantops_devices{namespace="displays",mutation="fleet",state="Online"} 1"#,
+            r#"mutantops_devices{namespace="displays",mutation="fleet",state="Late"} 1"#,
+            r#"mutantops_devices{namespace="displays",mutation="fleet",state="Gone"} 0"#,
+            "mutantops_device_series_capped 0",
+            r#"mutantops_device_last_seen_timestamp_seconds{namespace="displays",mutation="fleet",device="lilygo-1"} 1796256000"#,
+            r#"mutantops_device_last_seen_timestamp_seconds{namespace="displays",mutation="fleet",device="lilygo-2"} 1796256000"#,
+            r#"mutantops_device_battery_volts{namespace="displays",mutation="fleet",device="lilygo-1"} 3.91"#,
+            r#"mutantops_device_rssi_dbm{namespace="displays",mutation="fleet",device="lilygo-1"} -61"#,
+        ],
+    );
+    assert!(!text.contains(r#"mutation="plain""#), "{text}");
+    assert!(
+        !text.contains(r#"battery_volts{namespace="displays",mutation="fleet",device="lilygo-2""#)
+    );
+    // above the cap: the counts only
+    metrics.set_max_devices(1);
+    let text = metrics.encode();
+    assert_line(&text, "mutantops_device_series_capped 1");
+    assert_line(
+        &text,
+        r#"mutantops_devices{namespace="displays",mutation="fleet",state="Online"} 1"#,
+    );
+    assert!(!text.contains("lilygo"), "{text}");
+}

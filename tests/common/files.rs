@@ -17,7 +17,29 @@ pub fn read(path: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The operator's metric names (`mutant_operator_*`, `process_*`) in a PromQL expression,
+/// The operator's exposition (OpenMetrics), as the library renders it, with a Mutation of one
+/// device in its caches, so the device families have series too.
+pub fn exposition() -> String {
+    let metrics = mutantops::metrics::Metrics::new();
+    let (mutant_deployments, _) = kube::runtime::reflector::store();
+    let (mutations, mut writer) = kube::runtime::reflector::store();
+    let fleet: mutantops::crd::Mutation = serde_json::from_value(serde_json::json!({
+        "apiVersion": "neiam.org/v1", "kind": "Mutation",
+        "metadata": {"name": "fleet", "namespace": "displays", "uid": "u-1"},
+        "spec": {"deployment": {}, "devices": {"enrollment": "Open"}},
+        "status": {"summary": "", "devices": [{
+            "id": "lilygo-1", "variant": "lilygo", "enrolledAt": "2026-12-01T00:00:00Z",
+            "lastSeen": "2026-12-03T00:00:00Z", "state": "Online",
+            "reported": {"batteryMillivolts": 3910, "rssi": -61}}]}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(fleet));
+    metrics.set_stores(mutant_deployments, mutations);
+    metrics.encode()
+}
+
+/// The operator's metric names (`mutant_operator_*`, `mutantops_*`, `process_*`) in a PromQL
+/// expression,
 /// outside quoted strings (label values).
 pub fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut unquoted = String::with_capacity(expr.len());
@@ -32,7 +54,11 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
     }
     unquoted
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .filter(|word| word.starts_with("mutant_operator_") || word.starts_with("process_"))
+        .filter(|word| {
+            word.starts_with("mutant_operator_")
+                || word.starts_with("mutantops_")
+                || word.starts_with("process_")
+        })
         .map(str::to_string)
         .collect()
 }

@@ -650,6 +650,40 @@ async fn a_thousand_polls_cost_a_write_per_device_per_persist_every() {
         .await;
     assert_eq!(status.devices[0].reported.rssi, Some(-61));
 
+    // Item 8: the devices in /metrics, per state and per device (100 is under the default
+    // cap of 200), in an exposition promtool accepts.
+    let metrics_port = f.operator.metrics_port;
+    let scraped = wait_for("the device series", CONVERGE, || async {
+        let text = common::http::request(metrics_port, "GET", "/metrics", None, None)
+            .await
+            .body;
+        let ns = &f.ns.name;
+        let wanted = [
+            format!("mutantops_devices{{namespace=\"{ns}\",mutation=\"fleet\",state=\"Online\"}} 100"),
+            format!("mutantops_device_battery_volts{{namespace=\"{ns}\",mutation=\"fleet\",device=\"board-7\"}} 3.91"),
+            format!("mutantops_device_rssi_dbm{{namespace=\"{ns}\",mutation=\"fleet\",device=\"board-7\"}} -61"),
+        ];
+        match wanted.iter().find(|w| !text.lines().any(|l| l == w.as_str())) {
+            None => Ok(text),
+            Some(missing) => Err(format!("missing {missing}")),
+        }
+    })
+    .await;
+    assert!(scraped.contains("mutantops_device_last_seen_timestamp_seconds{"));
+    let promtool = std::env::var("PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let checked = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; curl -s http://127.0.0.1:{metrics_port}/metrics | {promtool} check metrics"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
     // A malformed header is refused, naming it, and changes nothing.
     let (id, token) = &tokens[0];
     let path = format!(
@@ -748,4 +782,60 @@ async fn silent_devices_turn_late_then_gone_and_a_restart_is_not_early() {
         now.as_second() - seen.as_second()
     );
     assert_eq!(gone.devices[0].last_seen, online.devices[0].last_seen);
+}
+
+/// Issue 34, item 9: an Argo CD synced Mutation with runtime variants and `spec.devices`: a
+/// sync (the manifest applied again, server-side, as Argo CD does) leaves the devices, their
+/// status and the variants enrollment made alone, and the devices Secret carries none of Argo
+/// CD's tracking marks, so Argo CD never prunes it.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn an_argo_cd_sync_keeps_the_devices() {
+    let f = Fixture::with_api("devices-argo").await;
+    let manifest = json!({
+        "apiVersion": "neiam.org/v1", "kind": "Mutation",
+        "metadata": {"name": "synced",
+            "annotations": {"mutantops.neiam.org/runtime-variants": "true",
+                            "argocd.argoproj.io/tracking-id": "edge:neiam.org/Mutation:x/synced"},
+            "labels": {"app.kubernetes.io/instance": "edge"}},
+        "spec": {"deployment": base("synced"), "devices": {"enrollment": "Open"}}
+    });
+    f.apply::<Mutation>(&manifest).await;
+    let key = f.token("synced").await;
+    enrolled(
+        &f,
+        "synced",
+        &key,
+        json!({"id": "board-1", "variant": {"label": "board-1", "instances": 0}}),
+    )
+    .await;
+    f.wait_status::<Mutation>("synced", "the device listed", |s| s.devices.len() == 1)
+        .await;
+    // A sync: the same manifest, applied again by the same manager.
+    f.apply::<Mutation>(&manifest).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let m = f.mutations().get("synced").await.unwrap();
+    assert_eq!(f.spec_labels("synced").await, ["board-1"]);
+    let status = m.status.unwrap();
+    assert_eq!(status.devices.len(), 1, "{status:?}");
+    let secrets: Api<Secret> = f.ns.api();
+    let secret = secrets.get("synced-devices").await.unwrap();
+    let labels = secret.metadata.labels.unwrap_or_default();
+    let annotations = secret.metadata.annotations.unwrap_or_default();
+    assert!(
+        !labels.contains_key("app.kubernetes.io/instance"),
+        "{labels:?}"
+    );
+    assert!(
+        !annotations.contains_key("argocd.argoproj.io/tracking-id"),
+        "{annotations:?}"
+    );
+    // The health script sees a healthy Mutation, as before.
+    let token = secret.data.unwrap_or_default();
+    assert!(
+        token
+            .keys()
+            .all(|k| k.starts_with("device.") || k == "made-variants"),
+        "{token:?}"
+    );
 }

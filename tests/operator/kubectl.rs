@@ -120,3 +120,36 @@ async fn kubectl_shows_variants_messages_and_events() {
         "{described}"
     );
 }
+
+/// Issue 34, item 9: `kubectl get mutations -o wide` shows how many devices are enrolled and
+/// how many are Online; the narrow table does not.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn kubectl_shows_device_counts() {
+    let f = Fixture::with_api("ctl-devices").await;
+    let ns = f.ns.name.clone();
+    let create = json!({"name": "fleet", "deployment": base("fleet"),
+                        "variants": [{"label": "shared", "instances": 0}],
+                        "devices": {"enrollment": "Closed"}});
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    for id in ["lilygo-1", "lilygo-2"] {
+        let body = json!({"id": id, "label": "shared"});
+        let enrolled = f
+            .call("POST", "/mutations/fleet/devices", Some(ADMIN), Some(&body))
+            .await;
+        assert_eq!(enrolled.status, 201, "{enrolled:?}");
+    }
+    f.wait_status::<Mutation>("fleet", "two devices counted", |s| {
+        s.device_summary.as_ref().is_some_and(|d| d.total == 2)
+    })
+    .await;
+    let wide = table(&kubectl(&["-n", &ns, "get", "mutations", "-o", "wide"]));
+    let row = &wide[0];
+    assert_eq!(row["DEVICES"], "2", "{row:?}");
+    assert_eq!(row["ONLINE"], "2", "{row:?}");
+    let narrow = table(&kubectl(&["-n", &ns, "get", "mutations"]));
+    assert!(!narrow[0].contains_key("DEVICES"), "{narrow:?}");
+}
