@@ -109,6 +109,14 @@ pub const VALIDATED_READS_PER_TOKEN: Rate = Rate {
     per_second: 5.0,
     burst: 10.0,
 };
+/// Changes one device's token may ask for per second, and at once (R40): each is a write to
+/// the API server. Charged to the device, so one board spending it never makes another's
+/// requests 429.
+pub const WRITES_PER_DEVICE: Rate = Rate {
+    per_second: 1.0,
+    burst: 5.0,
+};
+
 /// Who a check of a miss is charged to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Asker {

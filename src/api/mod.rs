@@ -146,8 +146,22 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
         Err(Denied::Unauthorized) => return Err(ApiError::unauthorized()),
         Err(Denied::Forbidden(what)) => return Err(ApiError::forbidden(what)),
     }
-    // R40: every request of a device is its heartbeat.
+    // R40: every request of a device is its heartbeat; its changes are charged to it.
     devices::heard_from(state, &caller, req.headers())?;
+    if let Caller::Device { id, .. } = &caller
+        && req.method() != Method::GET
+        && !state.device_writes.take(&caller)
+    {
+        let rate = state.device_writes.rate();
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "device {id:?} asked for too many changes: at most {} a second, {} at once; \
+                 retry later",
+                rate.per_second, rate.burst
+            ),
+        ));
+    }
     // A read that must reflect every write acknowledged before it, through any replica.
     if req.method() == Method::GET && fresh::wants_validation(req.headers()) {
         fresh::validate(state, &caller, ns, name).await?;

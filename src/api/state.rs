@@ -6,8 +6,8 @@ use std::sync::Arc;
 use kube::Client;
 
 use super::{
-    auth::Auth,
-    budget::{MissChecks, Validations},
+    auth::{Auth, Caller},
+    budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE},
     heartbeats::Heartbeats,
 };
 use crate::{cache::Caches, http::ServerConfig};
@@ -40,6 +40,8 @@ pub struct ApiState {
     pub own_account: Option<crate::variant::ServiceAccountRef>,
     /// What this replica heard from devices (R40).
     pub heartbeats: Heartbeats,
+    /// The budget of changes per device token ([`WRITES_PER_DEVICE`]).
+    pub device_writes: Buckets<Caller>,
 }
 
 impl ApiState {
@@ -65,6 +67,7 @@ impl ApiState {
             validations: Validations::default(),
             own_account,
             heartbeats: Heartbeats::default(),
+            device_writes: Buckets::new(WRITES_PER_DEVICE),
         }
     }
 

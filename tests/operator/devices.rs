@@ -544,6 +544,26 @@ async fn a_revoked_or_rotated_token_is_dead_on_both_replicas_within_3s() {
     };
     works(b, token.clone()).await;
 
+    // A heartbeat through either replica, leader or not, is written by the replica that heard
+    // it: what each one heard reaches the status.
+    let polled = "/mutations/m/devices/d1/poll";
+    for (port, width) in [(b, "800"), (a, "960")] {
+        let reply = r
+            .call_with(port, "GET", polled, Some(&token), &[("Width", width)], None)
+            .await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    let mutations: Api<Mutation> = r.ns.api();
+    wait_for("both replicas' heartbeats written", CONVERGE, || async {
+        let m = mutations.get("m").await.map_err(|e| e.to_string())?;
+        let devices = m.status.map(|s| s.devices).unwrap_or_default();
+        match devices.first().and_then(|d| d.reported.width) {
+            Some(800 | 960) => Ok(()),
+            other => Err(format!("reported width {other:?}")),
+        }
+    })
+    .await;
+
     // Rotated through A: the old token dies on both within 3 s, the new one works on both.
     let rotated = r
         .call(
