@@ -53,6 +53,9 @@ pub struct ContainerRequest {
     /// [`ContainerOverride::resources`].
     #[serde(default)]
     pub resources: Option<ResourcesRequest>,
+    /// [`ContainerOverride::env`].
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// `resources` of one of `containers`: [`Resources`].
@@ -76,6 +79,7 @@ impl From<ContainerRequest> for ContainerOverride {
                 limits: r.limits,
                 requests: r.requests,
             }),
+            env: r.env.into(),
         }
     }
 }

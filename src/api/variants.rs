@@ -23,7 +23,7 @@ use crate::{
     http,
     variant::{
         Base, Owner,
-        access::{device_may_add, device_may_scale},
+        access::{device_may_add, device_may_scale, route_device_env},
         check_variant_count,
         placement::validate_containers,
         validate_variants,
@@ -100,21 +100,29 @@ pub(super) async fn insert(
     variant: Variant,
 ) -> Result<Mutation, ApiError> {
     let cached = fresh::mutation(state, caller, ns, name).await?;
-    validate_variants(&base_name(&cached), std::slice::from_ref(&variant))
+    // What a token sends is stored with each env name the owner allows only in some
+    // containers moved into those containers' own env (R41); the admin's is stored as sent.
+    let stored = |m: &Mutation| match caller {
+        Caller::Admin => variant.clone(),
+        _ => route_device_env(m.spec.device_access.as_ref(), &variant),
+    };
+    let routed = stored(&cached);
+    validate_variants(&base_name(&cached), std::slice::from_ref(&routed))
         .map_err(ApiError::bad_request)?;
-    let known = |m: &Mutation| {
-        validate_containers(&m.spec.deployment.value(), std::slice::from_ref(&variant))
+    let known = |m: &Mutation, v: &Variant| {
+        validate_containers(&m.spec.deployment.value(), std::slice::from_ref(v))
             .map_err(ApiError::bad_request)
     };
-    known(&cached)?;
+    known(&cached, &routed)?;
     // Checked on the cached Mutation first, so that a refused request costs no request to the
-    // API server, then again in the edit, on the Mutation as read from the API server.
+    // API server, then again in the edit, on the Mutation as read from the API server. The
+    // device bounds judge what was sent.
     device_check(caller, &cached, &variant)?;
     if let (Ok(owner), Ok(base)) = (
         Owner::from_resource(OwnerKind::Mutation, cached.as_ref()),
         Base::parse(&cached.spec.deployment.value()),
     ) {
-        check_with_server(state, &owner, &base, std::slice::from_ref(&variant)).await?;
+        check_with_server(state, &owner, &base, std::slice::from_ref(&routed)).await?;
     }
     let label = variant.label.clone();
     edit(state, ns, name, |m| {
@@ -124,10 +132,11 @@ pub(super) async fn insert(
             )));
         }
         check_variant_count(m.spec.variants.len() + 1).map_err(ApiError::bad_request)?;
-        known(m)?;
         device_check(caller, m, &variant)?;
+        let routed = stored(m);
+        known(m, &routed)?;
         let mut variants = m.spec.variants.clone();
-        variants.push(variant.clone());
+        variants.push(routed);
         Ok(variants)
     })
     .await

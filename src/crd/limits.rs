@@ -50,12 +50,15 @@ pub const DEVICE_MAX_VALUE: usize = 4 * 1024;
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceAccess {
-    /// The only env names the token may set. Absent: any name, except the variables that
-    /// change how a process loads or starts (LD_*, BASH_ENV, NODE_OPTIONS, PYTHON*, PATH, ...:
-    /// see the README's "Security model"); such a name listed here is allowed. Never a name
-    /// that the base sets with valueFrom.
+    /// The only env names the token may set: `NAME` for every container, or
+    /// `<container>/NAME` for that container only (the device's value then reaches no other).
+    /// Absent: any name, except the variables that change how a process loads or starts
+    /// (LD_*, BASH_ENV, NODE_OPTIONS, PYTHON*, PATH, proxies, ...: see the README's "Security
+    /// model"), and with spec.devices none at all; such a name listed here is allowed. Never a
+    /// name that the base sets with valueFrom. Names are compared without case and with '-'
+    /// and '.' as '_'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 256), inner(length(min = 1, max = 128)))]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 192)))]
     pub env: Option<Vec<String>>,
 
     /// Most instances the token may give a variant (default 10).
@@ -102,6 +105,18 @@ pub(super) fn env_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
         "maxProperties": MAX_ENV,
         "additionalProperties": { "type": "string", "maxLength": MAX_ENV_VALUE },
         "x-kubernetes-validations": [{ "rule": names, "message": message }]
+    })
+}
+
+/// The schema of a container's own `env` in a variant: [`env_schema`] without its rule on the
+/// names' length, which the API server would have to run for each of up to 500 variants x 64
+/// containers x 256 names and refuses as too costly; a name that is too long makes the variant
+/// Invalid instead (`validate_variant`), and the HTTP API refuses it.
+pub(super) fn container_env_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_ENV,
+        "additionalProperties": { "type": "string", "maxLength": MAX_ENV_VALUE }
     })
 }
 

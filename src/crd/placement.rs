@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::limits::{MAX_LABEL_KEY, MAX_RESOURCES};
+use super::strmap::StrMap;
 
 /// A toleration, as Kubernetes writes one in a pod spec: the variant's pods may be scheduled
 /// onto (and stay on) nodes with a matching taint. Empty fields are left out, as Kubernetes
@@ -47,7 +48,8 @@ pub struct Toleration {
     pub toleration_seconds: Option<i64>,
 }
 
-/// What a variant changes in one container of the base: its image, its resources, or both.
+/// What a variant changes in one container of the base: its image, its resources, env of its
+/// own, or any of them.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerOverride {
@@ -66,6 +68,15 @@ pub struct ContainerOverride {
     /// the base's value of that resource, the others are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+
+    /// Environment variables added to this container only, after the variant's `env` (which
+    /// goes into every container): a name here replaces one of the same name. A device's env
+    /// that the owner allows only for this container (`deviceAccess.env` naming
+    /// `<container>/<NAME>`) lands here. The bounds of `env` (a name too long makes the
+    /// variant Invalid).
+    #[serde(default, skip_serializing_if = "StrMap::is_empty")]
+    #[schemars(schema_with = "super::limits::container_env_schema")]
+    pub env: StrMap,
 }
 
 /// Compute resources of a container, as in a pod spec: resource name (`cpu`, `memory`,

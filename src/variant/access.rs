@@ -118,6 +118,76 @@ pub fn env_key(name: &str) -> String {
         .collect()
 }
 
+/// One entry of `deviceAccess.env`: `NAME` (every container: `None`) or `container/NAME`
+/// (that container only).
+pub fn env_entry(entry: &str) -> (Option<&str>, &str) {
+    match entry.split_once('/') {
+        Some((container, name)) => (Some(container), name),
+        None => (None, entry),
+    }
+}
+
+/// Where the owner's `deviceAccess.env` lets a token's env `name` go: `None` when it is not
+/// listed; `Some(empty)` for every container; else the containers it names.
+pub fn env_targets<'a>(names: &'a [String], name: &str) -> Option<Vec<&'a str>> {
+    let key = env_key(name);
+    let mut containers = Vec::new();
+    let mut listed = false;
+    for entry in names {
+        let (container, entry_name) = env_entry(entry);
+        if env_key(entry_name) != key {
+            continue;
+        }
+        match container {
+            None => return Some(Vec::new()),
+            Some(c) => {
+                listed = true;
+                if !containers.contains(&c) {
+                    containers.push(c);
+                }
+            }
+        }
+    }
+    listed.then_some(containers)
+}
+
+/// The variant a token's request is stored as: each env name the owner allows only for some
+/// containers (`deviceAccess.env` `<container>/NAME`) moves from `env` into those containers'
+/// own env, so its value reaches no other container.
+pub fn route_device_env(access: Option<&DeviceAccess>, variant: &Variant) -> Variant {
+    let Some(names) = access.and_then(|a| a.env.as_ref()) else {
+        return variant.clone();
+    };
+    let mut routed = variant.clone();
+    let mut everywhere = std::collections::BTreeMap::new();
+    for (name, value) in variant.env.iter() {
+        let containers = env_targets(names, name).unwrap_or_default();
+        if containers.is_empty() {
+            everywhere.insert(name.to_owned(), value.to_owned());
+            continue;
+        }
+        for container in containers {
+            let slot = match routed.containers.iter().position(|c| c.name == container) {
+                Some(i) => i,
+                None => {
+                    routed.containers.push(crate::crd::ContainerOverride {
+                        name: container.to_owned(),
+                        image: None,
+                        resources: None,
+                        env: Default::default(),
+                    });
+                    routed.containers.len() - 1
+                }
+            };
+            routed.containers[slot]
+                .env
+                .insert(name.to_owned(), value.to_owned());
+        }
+    }
+    routed.env = everywhere.into();
+    routed
+}
+
 /// Whether `name` is one of [`STARTUP_ENV`], compared as [`env_key`] does.
 pub fn is_startup_env(name: &str) -> bool {
     let upper = env_key(name);
@@ -233,7 +303,7 @@ pub fn device_may_add(
             ));
         }
         match allowed {
-            Some(names) if !names.iter().any(|n| env_key(n) == env_key(name)) => {
+            Some(names) if env_targets(names, name).is_none() => {
                 return Err(format!(
                     "env {name:?}: not in spec.deviceAccess.env, the names a Mutation's token \
                      may set"
@@ -308,7 +378,15 @@ pub fn validate_device_access(access: &DeviceAccess) -> Result<(), String> {
             ));
         }
     }
-    for name in access.env.iter().flatten() {
+    for entry in access.env.iter().flatten() {
+        let (container, name) = env_entry(entry);
+        if let Some(c) = container
+            && super::names::validate_label(c).is_err()
+        {
+            problems.push(format!(
+                "deviceAccess.env {entry:?}: the container's name {c:?} is not a container name"
+            ));
+        }
         if let Err(e) = super::names::validate_env_name(name) {
             problems.push(format!("deviceAccess.env: {e}"));
         } else if name.chars().count() > MAX_ENV_NAME {

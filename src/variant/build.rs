@@ -72,6 +72,10 @@ pub fn build(base: &Base, owner: &Owner, v: &Variant) -> Value {
         let literal = owner.kind == OwnerKind::Mutation;
         for c in containers.iter_mut().filter_map(Value::as_object_mut) {
             merge_env(c, &v.env, literal);
+            let name = c.get("name").and_then(Value::as_str).map(str::to_owned);
+            if let Some(own) = v.containers.iter().find(|o| Some(&o.name) == name.as_ref()) {
+                merge_env(c, &own.env, literal);
+            }
         }
     }
     if let Some(pod) = object_at(&mut spec, &["template", "spec"]) {

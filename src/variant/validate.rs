@@ -13,7 +13,7 @@ use super::names::{
 };
 use super::owner::MAX_DEPLOYMENT_NAME;
 use crate::crd::{
-    Variant,
+    StrMap, Variant,
     limits::{MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE, MAX_INSTANCES, MAX_VARIANTS},
 };
 
@@ -82,27 +82,13 @@ pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
         }
         Err(e) => problems.push(e),
     }
-    problems.extend(v.env.keys().filter_map(|k| validate_env_name(k).err()));
-    if v.env.len() > MAX_ENV {
-        problems.push(format!(
-            "env: {} entries, at most {MAX_ENV} allowed",
-            v.env.len()
-        ));
-    }
-    for (name, value) in &v.env {
-        let (name_length, value_length) = (name.chars().count(), value.chars().count());
-        if name_length > MAX_ENV_NAME {
-            problems.push(format!(
-                "env name {:?}...: {name_length} characters, at most {MAX_ENV_NAME} allowed",
-                name.chars().take(16).collect::<String>()
-            ));
-        }
-        if value_length > MAX_ENV_VALUE {
-            problems.push(format!(
-                "env {name:?}: value of {value_length} characters, at most {MAX_ENV_VALUE} \
-                 allowed"
-            ));
-        }
+    let envs = std::iter::once((String::from("env"), &v.env)).chain(
+        v.containers
+            .iter()
+            .map(|c| (format!("containers {:?}: env", c.name), &c.env)),
+    );
+    for (at, env) in envs {
+        env_problems(&at, env, &mut problems);
     }
     if v.instances < 0 {
         problems.push(format!("instances {}: must not be negative", v.instances));
@@ -114,6 +100,38 @@ pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
     }
     super::placement::placement_problems(v, &mut problems);
     join(problems)
+}
+
+/// The problems of one env map (`at` names it): names, the number of entries, the length of
+/// names and values (R8, R32).
+fn env_problems(at: &str, env: &StrMap, problems: &mut Vec<String>) {
+    // A variant's own env names say which name they are; a container's say whose.
+    let whose = |e: String| if at == "env" { e } else { format!("{at}: {e}") };
+    problems.extend(
+        env.keys()
+            .filter_map(|k| validate_env_name(k).err().map(whose)),
+    );
+    if env.len() > MAX_ENV {
+        problems.push(format!(
+            "{at}: {} entries, at most {MAX_ENV} allowed",
+            env.len()
+        ));
+    }
+    for (name, value) in env {
+        let (name_length, value_length) = (name.chars().count(), value.chars().count());
+        if name_length > MAX_ENV_NAME {
+            problems.push(format!(
+                "{at} name {:?}...: {name_length} characters, at most {MAX_ENV_NAME} allowed",
+                name.chars().take(16).collect::<String>()
+            ));
+        }
+        if value_length > MAX_ENV_VALUE {
+            problems.push(format!(
+                "{at} {name:?}: value of {value_length} characters, at most {MAX_ENV_VALUE} \
+                 allowed"
+            ));
+        }
+    }
 }
 
 /// Ok when there is no problem, else all of them joined with `"; "`.

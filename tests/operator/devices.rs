@@ -859,3 +859,55 @@ async fn an_argo_cd_sync_keeps_the_devices() {
         "{token:?}"
     );
 }
+
+/// R41 (issue 34, item 4): with spec.devices, env is deny-by-default; a name the owner lists
+/// as `<container>/NAME` reaches only that container of the variant's Deployment, a bare name
+/// every container; a spelling of a valueFrom name is refused.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn device_env_reaches_only_the_containers_the_owner_names() {
+    let f = Fixture::with_api("devices-env").await;
+    let mut b = base("web");
+    let pod = &mut b["spec"]["template"]["spec"];
+    pod["containers"][0]["env"] = json!([{ "name": "DB_PASSWORD", "valueFrom": { "secretKeyRef":
+        { "name": "db", "key": "password", "optional": true } } }]);
+    pod["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "sidecar", "image": "registry.example/sidecar:1"}));
+    let body = json!({
+        "name": "web", "deployment": b, "variants": [],
+        "deviceAccess": {"env": ["app/SNAP_RES", "SCREEN", "db-password"]},
+        "devices": {"enrollment": "Open"},
+    });
+    let created = f.call("POST", "/mutations", Some(ADMIN), Some(&body)).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let key = f.token("web").await;
+    let shadow = json!({"id": "x", "variant": {"label": "x", "instances": 0,
+                         "env": {"db-password": "mine"}}});
+    let (code, error) = refused(&enroll(&f, "web", &key, shadow).await);
+    assert_eq!(code, 403);
+    assert!(error.contains("valueFrom"), "{error}");
+    enrolled(
+        &f,
+        "web",
+        &key,
+        json!({"id": "board-7", "variant": {"label": "board-7", "instances": 0,
+               "env": {"SNAP_RES": "960x540", "SCREEN": "portrait"}}}),
+    )
+    .await;
+    let d = f.wait_deployment("web-board-7", "created", |_| true).await;
+    let containers = d.spec.unwrap().template.spec.unwrap().containers;
+    let names = |i: usize| -> Vec<String> {
+        containers[i]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.clone())
+            .collect()
+    };
+    assert_eq!(containers[0].name, "app");
+    assert!(names(0).contains(&"SNAP_RES".to_owned()), "{:?}", names(0));
+    assert!(!names(1).contains(&"SNAP_RES".to_owned()), "{:?}", names(1));
+    assert!(names(0).contains(&"SCREEN".to_owned()) && names(1).contains(&"SCREEN".to_owned()));
+}

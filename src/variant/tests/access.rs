@@ -10,8 +10,8 @@ use crate::crd::{
     limits::{MAX_ENV, MAX_ENV_VALUE, MAX_INSTANCES, MAX_VARIANTS},
 };
 use crate::variant::access::{
-    DeviceLimits, device_may_add, device_may_scale, is_startup_env, literal_env_value,
-    validate_device_access, value_from_names,
+    DeviceLimits, device_may_add, device_may_scale, env_targets, is_startup_env, literal_env_value,
+    route_device_env, validate_device_access, value_from_names,
 };
 
 /// A base whose container has a literal entry, and one from each kind of `valueFrom`.
@@ -494,4 +494,81 @@ fn mutation_names_must_fit_a_label_value() {
         "{e}"
     );
     assert!(validate_mutation_name("Bad_Name").is_err());
+}
+
+// R41 (issue 34, item 4): the owner may name the container a device's env goes into; such a
+// value is stored in that container's own env and reaches no other container
+#[test]
+fn env_the_owner_allows_for_one_container_reaches_only_that_container() {
+    let access = DeviceAccess {
+        env: Some(vec![
+            "nginx/SNAP_RES".into(),
+            "SCREEN".into(),
+            "sidecar/snap-res".into(),
+        ]),
+        ..DeviceAccess::default()
+    };
+    let names = access.env.clone().unwrap_or_default();
+    assert_eq!(env_targets(&names, "SCREEN"), Some(vec![]));
+    assert_eq!(
+        env_targets(&names, "SNAP_RES"),
+        Some(vec!["nginx", "sidecar"])
+    );
+    assert_eq!(env_targets(&names, "OTHER"), None);
+    let only_nginx = DeviceAccess {
+        env: Some(vec!["nginx/SNAP_RES".into(), "SCREEN".into()]),
+        ..DeviceAccess::default()
+    };
+    let sent = variant(
+        "board-7",
+        &[("SNAP_RES", "960x540"), ("SCREEN", "portrait")],
+        1,
+    );
+    assert!(device_may_add(&base_json(), Some(&only_nginx), &sent, 1, true).is_ok());
+    let routed = route_device_env(Some(&only_nginx), &sent);
+    assert_eq!(
+        routed.env.to_map(),
+        [("SCREEN".to_owned(), "portrait".to_owned())].into()
+    );
+    assert_eq!(routed.containers.len(), 1);
+    assert_eq!(routed.containers[0].name, "nginx");
+    assert_eq!(routed.containers[0].env.get("SNAP_RES"), Some("960x540"));
+    assert_eq!(routed.containers[0].image, None);
+    // built: SNAP_RES in nginx only, SCREEN in both
+    let base = Base::parse(&base_json()).unwrap_or_else(|e| panic!("{e}"));
+    let built = build(&base, &owner(), &routed);
+    let containers = built["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let env_of = |i: usize| -> Vec<String> {
+        containers[i]["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(
+        env_of(0).contains(&"SNAP_RES".to_owned()),
+        "{:?}",
+        env_of(0)
+    );
+    assert!(
+        !env_of(1).contains(&"SNAP_RES".to_owned()),
+        "{:?}",
+        env_of(1)
+    );
+    assert!(env_of(0).contains(&"SCREEN".to_owned()) && env_of(1).contains(&"SCREEN".to_owned()));
+    // without deviceAccess.env nothing moves
+    assert_eq!(route_device_env(None, &sent), sent);
+    // the owner's entries are checked
+    let bad = DeviceAccess {
+        env: Some(vec!["Bad_Container/NAME".into(), "web/1NAME".into()]),
+        ..DeviceAccess::default()
+    };
+    let said = validate_device_access(&bad).err().unwrap_or_default();
+    assert!(said.contains("Bad_Container"), "{said}");
+    assert!(said.contains("1NAME"), "{said}");
+    assert!(validate_device_access(&only_nginx).is_ok());
 }

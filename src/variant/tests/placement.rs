@@ -46,6 +46,7 @@ pub(super) fn container(
         name: name.into(),
         image: image.map(str::to_owned),
         resources,
+        env: Default::default(),
     }
 }
 
