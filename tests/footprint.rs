@@ -119,7 +119,9 @@ fn each_cached_object_stays_small() {
     let bounds = [
         // (bytes, allocations) per object, store key and slot included
         (1_000, 12),
-        (3_550, 46),
+        // spec.devices (boxed) and status.devices and deviceSummary (issue 34) cost a Mutation
+        // without devices 40 bytes of its inline size: 3,523 -> 3,563.
+        (3_580, 46),
         (700, 12),
         (2_300, 25),
     ];

@@ -399,7 +399,7 @@ pub fn heard_from(
     let Some(m) = state.caches.mutations.get(&ObjectRef::new(name).within(ns)) else {
         return Ok(());
     };
-    let Some(Ok(policy)) = m.spec.devices.as_ref().map(Policy::of) else {
+    let Some(Ok(policy)) = m.spec.devices.as_deref().map(Policy::of) else {
         return Ok(());
     };
     let persisted = listed(&m).iter().find(|d| d.id == *id);

@@ -65,7 +65,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
     if let Some(access) = &device_access {
         validate_device_access(access).map_err(ApiError::bad_request)?;
     }
-    let devices = body.devices.map(DevicesSpec::from);
+    let devices = body.devices.map(|d| Box::new(DevicesSpec::from(d)));
     if let Some(spec) = &devices {
         Policy::of(spec).map_err(ApiError::bad_request)?;
     }

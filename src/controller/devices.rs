@@ -47,11 +47,11 @@ pub async fn converge(
     let listed = &previous.devices[..];
     let wanted = sync(listed, &registry, now, policy);
     let mut wait = next_change(&wanted, now, policy);
-    if wanted != listed || previous.device_summary.as_ref() != Some(&summary(&wanted)) {
+    if wanted != listed || previous.device_summary.as_deref() != Some(&summary(&wanted)) {
         let written = write(&ctx.client, &owner.namespace, &owner.name, |m| {
             let current = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
             let wanted = sync(current, &registry, Timestamp::now(), policy);
-            let same_summary = m.status.as_ref().and_then(|s| s.device_summary.as_ref())
+            let same_summary = m.status.as_ref().and_then(|s| s.device_summary.as_deref())
                 == Some(&summary(&wanted));
             (wanted != current || !same_summary).then_some(wanted)
         })

@@ -14,6 +14,9 @@ pub const MAX_INSTANCES: i32 = 1000;
 pub const MAX_ENV: usize = 256;
 /// Longest env name, in characters (a validation rule in the schema).
 pub const MAX_ENV_NAME: usize = 128;
+/// Longest entry of `deviceAccess.env`: `<container>/NAME`, a container's name of at most 63
+/// characters, '/', and an env name.
+pub const MAX_DEVICE_ENV_ENTRY: usize = 63 + 1 + MAX_ENV_NAME;
 /// Longest env value, in characters (`maxLength` in the schema, which counts characters).
 pub const MAX_ENV_VALUE: usize = 32 * 1024;
 /// Most entries of a variant's `nodeSelector` (`maxProperties`; R37).
@@ -137,7 +140,7 @@ mod tests {
         let names = &schema["properties"]["env"];
         assert_eq!(
             names["items"]["maxLength"].as_u64(),
-            Some(MAX_ENV_NAME as u64)
+            Some(MAX_DEVICE_ENV_ENTRY as u64)
         );
         let env = serde_json::to_value(env_schema(&mut schemars::SchemaGenerator::default()))
             .unwrap_or_else(|e| panic!("{e}"));

@@ -106,7 +106,7 @@ impl OwnerResource for Mutation {
         self.spec.service.as_ref()
     }
     fn devices(&self) -> Option<&DevicesSpec> {
-        self.spec.devices.as_ref()
+        self.spec.devices.as_deref()
     }
 }
 

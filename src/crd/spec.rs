@@ -240,7 +240,7 @@ owner_kind! {
     /// Service; env a device sends is then limited to the names deviceAccess.env lists.
     /// Absent: the Mutation's token manages the variants itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub devices: Option<DevicesSpec>,
+    pub devices: Option<Box<DevicesSpec>>,
 }
 }
 
@@ -356,7 +356,7 @@ pub struct OwnerStatus {
     pub devices: Vec<DeviceStatus>,
     /// How many devices are in each state (Mutations with spec.devices only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_summary: Option<DeviceSummary>,
+    pub device_summary: Option<Box<DeviceSummary>>,
 }
 
 /// Schema of the embedded base Deployment: any object with apiVersion, kind and metadata,
