@@ -25,13 +25,13 @@ use super::{
     fresh,
     heartbeats::{Beat, Due, reported},
     json::VariantRequest,
-    state::{ApiState, MAX_ATTEMPTS},
+    state::{ApiState, EditGuard, MAX_ATTEMPTS},
     variants,
 };
 use crate::{
     cache::{CacheState, Caches},
     controller::secret::{new_token, owned_metadata},
-    crd::{DeviceState, DeviceStatus, Mutation, OwnerKind, Variant, VariantService, VariantState},
+    crd::{DeviceStatus, Mutation, OwnerKind, Variant, VariantService, VariantState},
     http,
     submit::devices::write as write_devices,
     variant::{
@@ -98,6 +98,26 @@ fn owner_of(m: &Mutation) -> Result<Owner, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
 }
 
+/// A new device token (64 hex characters from the OS random source).
+fn issue_token() -> Result<String, ApiError> {
+    new_token().map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+}
+
+/// What a change of a Mutation's devices starts with: the Mutation (which must have
+/// `spec.devices`), its owner reference, and this replica's turn at its devices Secret.
+async fn begin<'a>(
+    state: &'a ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+) -> Result<(Arc<Mutation>, Policy, Owner, EditGuard<'a>), ApiError> {
+    let m = fresh::mutation(state, caller, ns, name).await?;
+    let policy = policy(&m, ns, name)?;
+    let owner = owner_of(&m)?;
+    let turn = state.edits.lock(ns, &format!("{name}/devices")).await;
+    Ok((m, policy, owner, turn))
+}
+
 fn absent(ns: &str, name: &str, id: &str) -> ApiError {
     ApiError::not_found(format!("device {id:?} not found in mutation {ns}/{name}"))
 }
@@ -113,8 +133,7 @@ pub async fn enroll(
     name: &str,
     body: EnrollRequest,
 ) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
-    let policy = policy(&m, ns, name)?;
+    let (m, policy, owner, _turn) = begin(state, caller, ns, name).await?;
     validate_device_id(&body.id).map_err(ApiError::bad_request)?;
     let now = Timestamp::now();
     if *caller != Caller::Admin {
@@ -136,7 +155,6 @@ pub async fn enroll(
             ));
         }
     };
-    let owner = owner_of(&m)?;
     let id = body.id;
     let free = |r: &Registry| {
         if r.devices.contains_key(&id) {
@@ -152,7 +170,6 @@ pub async fn enroll(
         }
         Ok(())
     };
-    let _queued = state.edits.lock(ns, &format!("{name}/devices")).await;
     // Checked before anything is written: a refused enrollment changes nothing.
     free(&read_registry(state, &owner).await?)?;
     let exists = m.spec.variants.iter().any(|v| v.label == label);
@@ -174,8 +191,7 @@ pub async fn enroll(
         (None, true) => {}
     }
     let made = new_variant.is_some();
-    let token =
-        new_token().map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let token = issue_token()?;
     let enrolled_at = rfc3339(now);
     let record = DeviceRecord {
         hash: token_hash(&token),
@@ -197,14 +213,7 @@ pub async fn enroll(
         }
         return Err(err);
     }
-    let entry = DeviceStatus {
-        id: id.clone(),
-        variant: label.clone(),
-        enrolled_at: enrolled_at.clone(),
-        last_seen: enrolled_at,
-        state: DeviceState::Online,
-        reported: Default::default(),
-    };
+    let entry = record.entry(&id);
     // The token is in the Secret: a failed status write is the leader's to make good.
     if let Err(err) = write_devices(&state.client, ns, name, |m| {
         let mut list = listed(m).to_vec();
@@ -274,10 +283,7 @@ pub async fn remove(
     name: &str,
     id: &str,
 ) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
-    policy(&m, ns, name)?;
-    let owner = owner_of(&m)?;
-    let _queued = state.edits.lock(ns, &format!("{name}/devices")).await;
+    let (_, _, owner, _turn) = begin(state, caller, ns, name).await?;
     let (before, after) = edit_registry(state, &owner, |r| {
         let record = r.devices.remove(id).ok_or_else(|| absent(ns, name, id))?;
         if r.users_of(&record.variant) == 0 {
@@ -318,13 +324,9 @@ pub async fn rotate(
     name: &str,
     id: &str,
 ) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
-    policy(&m, ns, name)?;
-    let owner = owner_of(&m)?;
-    let token =
-        new_token().map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let (_, _, owner, _turn) = begin(state, caller, ns, name).await?;
+    let token = issue_token()?;
     let hash = token_hash(&token);
-    let _queued = state.edits.lock(ns, &format!("{name}/devices")).await;
     edit_registry(state, &owner, |r| {
         let record = r.devices.get_mut(id).ok_or_else(|| absent(ns, name, id))?;
         record.hash = hash;
@@ -420,14 +422,7 @@ pub fn heard_from(
         id: id.clone(),
         now,
         reported: known,
-        fallback: DeviceStatus {
-            id: id.clone(),
-            variant: record.variant.clone(),
-            enrolled_at: record.enrolled_at.clone(),
-            last_seen: record.enrolled_at.clone(),
-            state: DeviceState::Online,
-            reported: Default::default(),
-        },
+        fallback: record.entry(id),
     };
     if state.heartbeats.queue(ns, name, due) {
         tokio::spawn(write_due(state.clone(), ns.clone(), name.clone()));
@@ -445,10 +440,15 @@ async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
         }
         let result = write_devices(&state.client, &ns, &name, |m| {
             let policy = Policy::of(m.spec.devices.as_ref()?).ok()?;
+            let registry = cached_registry(&state.caches, m);
             let mut list = listed(m).to_vec();
             let mut changed = false;
             for d in &due {
                 let at = list.iter().position(|e| e.id == d.id);
+                // A device removed meanwhile is not listed again by its last request.
+                if !registry.devices.contains_key(&d.id) {
+                    continue;
+                }
                 let entry = at.map_or(&d.fallback, |i| &list[i]);
                 if at.is_some() && !must_persist(Some(entry), d.now, &policy, &d.reported) {
                     continue;
@@ -500,17 +500,7 @@ fn view(
 ) -> Option<DeviceStatus> {
     let entry = match listed(m).iter().find(|d| d.id == id) {
         Some(entry) => entry.clone(),
-        None => {
-            let record = registry.devices.get(id)?;
-            DeviceStatus {
-                id: id.to_owned(),
-                variant: record.variant.clone(),
-                enrolled_at: record.enrolled_at.clone(),
-                last_seen: record.enrolled_at.clone(),
-                state: DeviceState::Online,
-                reported: Default::default(),
-            }
-        }
+        None => registry.devices.get(id)?.entry(id),
     };
     let Some(beat) = state.heartbeats.get(ns, name, id) else {
         return Some(entry);

@@ -146,8 +146,11 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
         Err(Denied::Unauthorized) => return Err(ApiError::unauthorized()),
         Err(Denied::Forbidden(what)) => return Err(ApiError::forbidden(what)),
     }
-    // R40: every request of a device is its heartbeat; its changes are charged to it.
-    devices::heard_from(state, &caller, req.headers())?;
+    // R40: every request of a device is its heartbeat (but the one that removes it); its
+    // changes are charged to it.
+    if route.action != Action::RemoveDevice {
+        devices::heard_from(state, &caller, req.headers())?;
+    }
     if let Caller::Device { id, .. } = &caller
         && req.method() != Method::GET
         && !state.device_writes.take(&caller)

@@ -231,6 +231,20 @@ pub struct DeviceRecord {
     pub enrolled_at: String,
 }
 
+impl DeviceRecord {
+    /// The status entry of device `id` as it enrolled: Online, last seen when it enrolled.
+    pub fn entry(&self, id: &str) -> DeviceStatus {
+        DeviceStatus {
+            id: id.to_owned(),
+            variant: self.variant.clone(),
+            enrolled_at: self.enrolled_at.clone(),
+            last_seen: self.enrolled_at.clone(),
+            state: DeviceState::Online,
+            reported: Reported::default(),
+        }
+    }
+}
+
 /// The devices of a Mutation as Secret `<name>-devices` keeps them: key `device.<id>` holds
 /// `<sha256 hex> <variant> <enrolledAt>`, key `made-variants` the labels (comma-separated) of
 /// the variants enrollment made, which go when their last device goes.
@@ -375,20 +389,14 @@ pub fn sync(
         .devices
         .iter()
         .map(|(id, record)| {
-            let (last_seen, reported) = match known.get(id.as_str()) {
-                Some(d) => (d.last_seen.clone(), d.reported.clone()),
-                None => (record.enrolled_at.clone(), Reported::default()),
-            };
-            let state = parse_time(&last_seen)
-                .map_or(DeviceState::Online, |seen| state_at(seen, now, policy));
-            DeviceStatus {
-                id: id.clone(),
-                variant: record.variant.clone(),
-                enrolled_at: record.enrolled_at.clone(),
-                last_seen,
-                state,
-                reported,
+            let mut entry = record.entry(id);
+            if let Some(d) = known.get(id.as_str()) {
+                entry.last_seen.clone_from(&d.last_seen);
+                entry.reported = d.reported.clone();
             }
+            entry.state = parse_time(&entry.last_seen)
+                .map_or(DeviceState::Online, |seen| state_at(seen, now, policy));
+            entry
         })
         .chain(unregistered)
         .collect();

@@ -211,34 +211,17 @@ async fn each_device_token_reaches_only_its_own_record_and_variant() {
         .call("GET", "/mutations/web/variants/radxa", Some(&radxa), None)
         .await;
     assert_eq!(read.status, 200, "{read:?}");
+    let patch = async |label: &str, token: &str, body: &Value| {
+        let path = format!("/mutations/web/variants/{label}");
+        f.call("PATCH", &path, Some(token), Some(body)).await
+    };
     let scale = json!({"instances": 2});
-    let scaled = f
-        .call(
-            "PATCH",
-            "/mutations/web/variants/radxa",
-            Some(&radxa),
-            Some(&scale),
-        )
-        .await;
+    let scaled = patch("radxa", &radxa, &scale).await;
     assert_eq!(scaled.status, 200, "{scaled:?}");
     let too_many = json!({"instances": 4});
-    let over = f
-        .call(
-            "PATCH",
-            "/mutations/web/variants/radxa",
-            Some(&radxa),
-            Some(&too_many),
-        )
-        .await;
+    let over = patch("radxa", &radxa, &too_many).await;
     assert_eq!(over.status, 403, "{over:?}");
-    let shared = f
-        .call(
-            "PATCH",
-            "/mutations/web/variants/lilygo",
-            Some(&lily2),
-            Some(&scale),
-        )
-        .await;
+    let shared = patch("lilygo", &lily2, &scale).await;
     assert_eq!(shared.status, 200, "{shared:?}");
 
     // ... and nothing of anyone else's.
@@ -503,45 +486,25 @@ async fn a_revoked_or_rotated_token_is_dead_on_both_replicas_within_3s() {
         .await;
     assert_eq!(enrolled.status, 201, "{enrolled:?}");
     let token = enrolled.json()["token"].as_str().unwrap().to_owned();
-    // through B, whose API server connection lags
-    let works = |port: u16, token: String| {
+    // through B, whose API server connection lags: `token` gets `status` within 3 s
+    let answers = |port: u16, token: String, status: u16| {
         let r = &r;
         async move {
-            wait_for(
-                "the token to work",
-                std::time::Duration::from_secs(3),
-                || {
-                    let token = token.clone();
-                    async move {
-                        let reply = r.call(port, "GET", path, Some(&token), None).await;
-                        (reply.status == 200)
-                            .then_some(())
-                            .ok_or(format!("{reply:?}"))
-                    }
-                },
-            )
+            let what = format!("the token to get {status}");
+            wait_for(&what, std::time::Duration::from_secs(3), || {
+                let token = token.clone();
+                async move {
+                    let reply = r.call(port, "GET", path, Some(&token), None).await;
+                    (reply.status == status)
+                        .then_some(())
+                        .ok_or(format!("{reply:?}"))
+                }
+            })
             .await;
         }
     };
-    let dead = |port: u16, token: String| {
-        let r = &r;
-        async move {
-            wait_for(
-                "the token to die",
-                std::time::Duration::from_secs(3),
-                || {
-                    let token = token.clone();
-                    async move {
-                        let reply = r.call(port, "GET", path, Some(&token), None).await;
-                        (reply.status == 401)
-                            .then_some(())
-                            .ok_or(format!("{reply:?}"))
-                    }
-                },
-            )
-            .await;
-        }
-    };
+    let works = |port, token| answers(port, token, 200);
+    let dead = |port, token| answers(port, token, 401);
     works(b, token.clone()).await;
 
     // A heartbeat through either replica, leader or not, is written by the replica that heard
