@@ -268,3 +268,29 @@ fn heartbeats_are_written_only_when_due() {
     }
     assert_eq!(writes, 99);
 }
+
+// R39 (issue 34, item 5): at 500 devices of the longest ids, each having reported everything,
+// the status's device list stays far under the 1 MiB of an object
+#[test]
+fn the_device_list_of_500_devices_stays_small() {
+    let devices: Vec<DeviceStatus> = (0..500)
+        .map(|i| DeviceStatus {
+            id: format!("{i:0>63}"),
+            variant: "v".repeat(63),
+            enrolled_at: rfc3339(t(0)),
+            last_seen: rfc3339(t(i)),
+            state: DeviceState::Online,
+            reported: Reported {
+                refresh_rate: Some(604_800),
+                battery_millivolts: Some(10_000),
+                rssi: Some(-200),
+                fw_version: Some("f".repeat(64)),
+                width: Some(16_384),
+                height: Some(16_384),
+            },
+        })
+        .collect();
+    let json = serde_json::json!({"devices": devices, "deviceSummary": summary(&devices)});
+    let bytes = serde_json::to_vec(&json).unwrap_or_default().len();
+    assert!(bytes < 256 * 1024, "{bytes} bytes");
+}
