@@ -170,7 +170,11 @@ pub async fn enroll(
         }
         Ok(())
     };
-    // Checked before anything is written: a refused enrollment changes nothing.
+    // Checked before anything is written, so that a refused enrollment changes nothing: first
+    // on this replica's cache, so that one refused there costs the API server nothing (the
+    // enrollment key is shared by every board not enrolled yet), then on the Secret as the API
+    // server has it.
+    free(&cached_registry(&state.caches, &m))?;
     free(&read_registry(state, &owner).await?)?;
     let exists = m.spec.variants.iter().any(|v| v.label == label);
     match (&new_variant, exists) {
