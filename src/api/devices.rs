@@ -33,7 +33,7 @@ use crate::{
     controller::secret::{new_token, owned_metadata},
     crd::{DeviceStatus, Mutation, OwnerKind, Variant, VariantService, VariantState},
     http,
-    submit::devices::write as write_devices,
+    submit::devices::{Written, write as write_devices},
     variant::{
         Owner,
         devices::{
@@ -219,16 +219,22 @@ pub async fn enroll(
     }
     let entry = record.entry(&id);
     // The token is in the Secret: a failed status write is the leader's to make good.
-    if let Err(err) = write_devices(&state.client, ns, name, |m| {
+    let written = write_devices(&state.client, ns, name, |m| {
         let mut list = listed(m).to_vec();
         list.retain(|d| d.id != entry.id);
         list.push(entry.clone());
         Some(list)
     })
-    .await
-    {
-        tracing::warn!(namespace = ns, name, device = %id, error = %err, "could not list the enrolled device in status");
-    }
+    .await;
+    listed_now(
+        state,
+        ns,
+        name,
+        written,
+        &id,
+        "list the enrolled device in status",
+    )
+    .await;
     state
         .heartbeats
         .heard(ns, name, &id, now, &Default::default());
@@ -304,16 +310,22 @@ pub async fn remove(
     {
         variants::remove_if_there(state, ns, name, &record.variant).await?;
     }
-    if let Err(err) = write_devices(&state.client, ns, name, |m| {
+    let written = write_devices(&state.client, ns, name, |m| {
         let list = listed(m);
         list.iter()
             .any(|d| d.id == id)
             .then(|| list.iter().filter(|d| d.id != id).cloned().collect())
     })
-    .await
-    {
-        tracing::warn!(namespace = ns, name, device = id, error = %err, "could not drop the removed device from status");
-    }
+    .await;
+    listed_now(
+        state,
+        ns,
+        name,
+        written,
+        id,
+        "drop the removed device from status",
+    )
+    .await;
     tracing::info!(namespace = ns, name, device = id, "removed a device");
     Ok(http::no_content())
 }
@@ -472,6 +484,28 @@ async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
                 state.heartbeats.unclaim(&ns, &name, &d.id);
             }
             tracing::warn!(namespace = %ns, name = %name, devices = due.len(), error = %err, "could not write heartbeats");
+        }
+    }
+}
+
+/// After a status write of device `id` (`doing` says what it was for): waits until this
+/// replica's cache shows it, so the client reads its own write; a failed write is logged
+/// and left to the leader, which lists what the devices Secret holds.
+async fn listed_now(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    written: kube::Result<Written>,
+    id: &str,
+    doing: &str,
+) {
+    match written {
+        Ok(Written::Yes(m)) => {
+            fresh::catch_up(state, ns, name, m.metadata.resource_version.as_deref()).await;
+        }
+        Ok(Written::Unchanged | Written::Absent) => {}
+        Err(err) => {
+            tracing::warn!(namespace = ns, name, device = id, error = %err, "could not {doing}");
         }
     }
 }
