@@ -285,6 +285,8 @@ const ROOMS: &[(&str, &[&str])] = &[
             "body",
             "check",
             "fresh",
+            "registry",
+            "liveness",
             "mutations",
             "variants",
             "devices",

@@ -1,51 +1,34 @@
-//! The device routes (R39, R40): enroll, list, get, remove, rotate a token, and the poll, and
-//! the heartbeat every request of a device is.
+//! The device routes (R39, R40): enroll, list, get, remove, rotate a token, and the poll.
 //!
-//! A Mutation with `spec.devices` keeps its devices in Secret `<name>-devices`, owned by it:
-//! per device the SHA-256 of its token, its variant and when it enrolled (never a token), and
-//! the variants enrollment made. Every change of that Secret is read-modify-write on its
-//! resourceVersion, retried on a conflict. What is known of each device's liveness is in
-//! `status.devices` (`submit::devices`), written by the replica that heard it only when
-//! [`must_persist`] says so.
+//! A Mutation with `spec.devices` keeps its devices in Secret `<name>-devices`, owned by it
+//! (`registry`): per device the SHA-256 of its token, its variant and when it enrolled (never a
+//! token), and the variants enrollment made. What is known of each device's liveness is in
+//! `status.devices` (`submit::devices`), written by the replica that heard it (`liveness`).
 
-use std::{sync::Arc, time::Duration};
-
-use hyper::{HeaderMap, StatusCode};
-use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
-use kube::{
-    Api,
-    api::{ObjectMeta, PostParams},
-    runtime::reflector::ObjectRef,
-};
+use hyper::StatusCode;
+use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::{
     auth::Caller,
     error::{ApiError, ApiResult},
     fresh,
-    heartbeats::{Beat, Due, reported},
     json::VariantRequest,
-    state::{ApiState, EditGuard, MAX_ATTEMPTS},
+    registry::{cached_registry, edit_registry, listed, read_registry, wait_registry},
+    state::{ApiState, EditGuard},
     variants,
 };
 use crate::{
-    cache::{CacheState, Caches},
-    controller::secret::{new_token, owned_metadata},
+    controller::secret::new_token,
     crd::{DeviceStatus, Mutation, OwnerKind, Variant, VariantService, VariantState},
     http,
     submit::devices::{Written, write as write_devices},
     variant::{
         Owner,
-        devices::{
-            DeviceRecord, Policy, Registry, devices_secret_name, heard, must_persist, rfc3339,
-            token_hash, validate_device_id,
-        },
-        is_controlled_by, validate_label,
+        devices::{DeviceRecord, Policy, Registry, heard, rfc3339, token_hash, validate_device_id},
+        validate_label,
     },
 };
-
-/// How long a write waits for this replica's cache to show it.
-const CACHE_CATCH_UP: Duration = Duration::from_secs(3);
 
 /// `POST .../devices`: a device's id and either a variant of its own, made with the device
 /// bounds, or the label of an existing variant, which enrolling does not change.
@@ -110,7 +93,7 @@ async fn begin<'a>(
     caller: &Caller,
     ns: &str,
     name: &str,
-) -> Result<(Arc<Mutation>, Policy, Owner, EditGuard<'a>), ApiError> {
+) -> Result<(std::sync::Arc<Mutation>, Policy, Owner, EditGuard<'a>), ApiError> {
     let m = fresh::mutation(state, caller, ns, name).await?;
     let policy = policy(&m, ns, name)?;
     let owner = owner_of(&m)?;
@@ -371,7 +354,7 @@ pub async fn rotate(
 }
 
 /// `GET .../devices/{id}/poll` (that device only): `{variant, ready, service}`. The heartbeat
-/// itself is [`heard`], as for every request of a device.
+/// itself is `liveness::heard_from`, as for every request of a device.
 pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
     let m = fresh::mutation(state, caller, ns, name).await?;
     let Caller::Device { variant, .. } = caller else {
@@ -388,104 +371,6 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
         service: service_of(&m, variant),
     };
     Ok(http::json(StatusCode::OK, &view))
-}
-
-/// A request of a device (R40): a heartbeat, with what its headers report (400 naming a
-/// malformed one). Kept in memory; the status entry is written only when [`must_persist`]
-/// says so and this replica has not written it within `persistEvery`, by the one writer of the
-/// Mutation's heartbeats ([`write_due`]), which the device does not wait for. A failed write
-/// fails nothing: the next request tries again.
-pub fn heard_from(
-    state: &Arc<ApiState>,
-    caller: &Caller,
-    headers: &HeaderMap,
-) -> Result<(), ApiError> {
-    let Caller::Device {
-        namespace: ns,
-        name,
-        id,
-        ..
-    } = caller
-    else {
-        return Ok(());
-    };
-    let reported = reported(headers).map_err(ApiError::bad_request)?;
-    let now = Timestamp::now();
-    let Beat {
-        reported: known, ..
-    } = state.heartbeats.heard(ns, name, id, now, &reported);
-    let Some(m) = state.caches.mutations.get(&ObjectRef::new(name).within(ns)) else {
-        return Ok(());
-    };
-    let Some(Ok(policy)) = m.spec.devices.as_deref().map(Policy::of) else {
-        return Ok(());
-    };
-    let persisted = listed(&m).iter().find(|d| d.id == *id);
-    if !must_persist(persisted, now, &policy, &known) {
-        return Ok(());
-    }
-    if !state
-        .heartbeats
-        .claim_write(ns, name, id, now, policy.persist_every)
-    {
-        return Ok(());
-    }
-    let registry = cached_registry(&state.caches, &m);
-    let Some(record) = registry.devices.get(id.as_str()) else {
-        return Ok(());
-    };
-    let due = Due {
-        id: id.clone(),
-        now,
-        reported: known,
-        fallback: record.entry(id),
-    };
-    if state.heartbeats.queue(ns, name, due) {
-        tokio::spawn(write_due(state.clone(), ns.clone(), name.clone()));
-    }
-    Ok(())
-}
-
-/// The writer of Mutation `ns/name`'s heartbeats: writes what is due, in batches, until
-/// nothing is.
-async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
-    loop {
-        let due = state.heartbeats.take_due(&ns, &name);
-        if due.is_empty() {
-            return;
-        }
-        let result = write_devices(&state.client, &ns, &name, |m| {
-            let policy = Policy::of(m.spec.devices.as_ref()?).ok()?;
-            let registry = cached_registry(&state.caches, m);
-            let mut list = listed(m).to_vec();
-            let mut changed = false;
-            for d in &due {
-                let at = list.iter().position(|e| e.id == d.id);
-                // A device removed meanwhile is not listed again by its last request.
-                if !registry.devices.contains_key(&d.id) {
-                    continue;
-                }
-                let entry = at.map_or(&d.fallback, |i| &list[i]);
-                if at.is_some() && !must_persist(Some(entry), d.now, &policy, &d.reported) {
-                    continue;
-                }
-                let updated = heard(entry, d.now, &d.reported);
-                match at {
-                    Some(i) => list[i] = updated,
-                    None => list.push(updated),
-                }
-                changed = true;
-            }
-            changed.then_some(list)
-        })
-        .await;
-        if let Err(err) = result {
-            for d in &due {
-                state.heartbeats.unclaim(&ns, &name, &d.id);
-            }
-            tracing::warn!(namespace = %ns, name = %name, devices = due.len(), error = %err, "could not write heartbeats");
-        }
-    }
 }
 
 /// After a status write of device `id` (`doing` says what it was for): waits until this
@@ -508,11 +393,6 @@ async fn listed_now(
             tracing::warn!(namespace = ns, name, device = id, error = %err, "could not {doing}");
         }
     }
-}
-
-/// The devices listed in `m`'s status.
-fn listed(m: &Mutation) -> &[DeviceStatus] {
-    m.status.as_ref().map_or(&[][..], |s| &s.devices[..])
 }
 
 /// The Service of variant `label`, as its status says.
@@ -548,128 +428,4 @@ fn view(
         return Some(entry);
     }
     Some(heard(&entry, beat.seen, &beat.reported))
-}
-
-/// The registry of `m`'s devices Secret in this replica's cache (empty when there is none, or
-/// it is not `m`'s).
-fn cached_registry(caches: &Caches, m: &Mutation) -> Registry {
-    let (Some(ns), Some(name), Some(uid)) = (
-        m.metadata.namespace.as_deref(),
-        m.metadata.name.as_deref(),
-        m.metadata.uid.as_deref(),
-    ) else {
-        return Registry::default();
-    };
-    caches
-        .secrets
-        .get(&ObjectRef::new(&devices_secret_name(name)).within(ns))
-        .filter(|s| is_controlled_by(&s.metadata, uid))
-        .and_then(|s| s.devices.as_deref().cloned())
-        .unwrap_or_default()
-}
-
-/// Waits (a few seconds at most) until this replica's cache of Mutation `ns/name`'s devices
-/// Secret satisfies `done`.
-async fn wait_registry<F: Fn(&Registry) -> bool>(state: &ApiState, ns: &str, name: &str, done: F) {
-    let key = ObjectRef::new(&devices_secret_name(name)).within(ns);
-    let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
-    let _ = state
-        .caches
-        .until(Some(deadline), |caches: &Caches, _: &CacheState| {
-            let registry = caches
-                .secrets
-                .get(&key)
-                .and_then(|s| s.devices.as_deref().cloned())
-                .unwrap_or_default();
-            done(&registry).then_some(())
-        })
-        .await;
-}
-
-/// The devices Secret of `owner`, read from the API server, and its registry. A Secret of
-/// that name that the Mutation does not control is refused (409), never read further.
-async fn read_registry(state: &ApiState, owner: &Owner) -> Result<Registry, ApiError> {
-    Ok(read_secret(state, owner).await?.1)
-}
-
-async fn read_secret(
-    state: &ApiState,
-    owner: &Owner,
-) -> Result<(Option<Secret>, Registry), ApiError> {
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &owner.namespace);
-    let name = devices_secret_name(&owner.name);
-    let Some(secret) = api.get_opt(&name).await? else {
-        return Ok((None, Registry::default()));
-    };
-    if !is_controlled_by(&secret.metadata, &owner.uid) {
-        return Err(ApiError::conflict(format!(
-            "Secret {name:?} exists and is not owned by mutation {}/{}: devices cannot \
-             enroll until it is deleted",
-            owner.namespace, owner.name
-        )));
-    }
-    let registry = Registry::from_data(secret.data.as_ref().unwrap_or(&Default::default()));
-    Ok((Some(secret), registry))
-}
-
-/// Read-modify-write of the devices Secret: `change` edits the registry read from the API
-/// server (or refuses), and the Secret is written with the resourceVersion it was read at
-/// (created when missing); a conflict reads again. Returns the registry before and after.
-async fn edit_registry<F>(
-    state: &ApiState,
-    owner: &Owner,
-    change: F,
-) -> Result<(Registry, Registry), ApiError>
-where
-    F: Fn(&mut Registry) -> Result<(), ApiError>,
-{
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &owner.namespace);
-    let name = devices_secret_name(&owner.name);
-    let params = PostParams {
-        field_manager: Some("mutantops-api".into()),
-        ..PostParams::default()
-    };
-    for attempt in 1..=MAX_ATTEMPTS {
-        let (existing, before) = read_secret(state, owner).await?;
-        let mut after = before.clone();
-        change(&mut after)?;
-        let data = Some(after.to_data());
-        let result = match existing {
-            Some(mut secret) => {
-                secret.data = data;
-                secret.string_data = None;
-                api.replace(&name, &params, &secret).await
-            }
-            None => {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        annotations: Some(
-                            [(
-                                "mutantops.neiam.org/contents".to_owned(),
-                                "SHA-256 hashes of device tokens; no token".to_owned(),
-                            )]
-                            .into(),
-                        ),
-                        ..owned_metadata(owner, &name)
-                    },
-                    type_: Some("Opaque".to_owned()),
-                    data,
-                    ..Secret::default()
-                };
-                api.create(&params, &secret).await
-            }
-        };
-        match result {
-            Ok(_) => return Ok((before, after)),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                tracing::debug!(namespace = %owner.namespace, secret = %name, attempt, "devices Secret changed meanwhile; retrying");
-                tokio::time::sleep(Duration::from_millis(2 * attempt as u64)).await;
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    Err(ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("Secret {name:?} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again"),
-    ))
 }

@@ -10,7 +10,8 @@
 //! handlers' error and its status codes, `state` what handlers share and the edit locks,
 //! `body` reading request bodies, `check` the checks with the API server before a write,
 //! `fresh` the reads and waits on the cache (across replicas too), `heartbeats` what this
-//! replica heard from devices, `mutations`, `variants` and `devices` the handlers.
+//! replica heard from devices, `registry` a Mutation's devices Secret and status list,
+//! `liveness` the heartbeats' writes, `mutations`, `variants` and `devices` the handlers.
 
 pub mod auth;
 mod body;
@@ -21,8 +22,10 @@ mod error;
 mod fresh;
 mod heartbeats;
 mod json;
+mod liveness;
 mod mutations;
 mod placement;
+mod registry;
 pub mod routes;
 mod state;
 mod variants;
@@ -149,7 +152,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
     // R40: every request of a device is its heartbeat (but the one that removes it); its
     // changes are charged to it.
     if route.action != Action::RemoveDevice {
-        devices::heard_from(state, &caller, req.headers())?;
+        liveness::heard_from(state, &caller, req.headers())?;
     }
     if let Caller::Device { id, .. } = &caller
         && req.method() != Method::GET
