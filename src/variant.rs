@@ -45,6 +45,7 @@ mod owner;
 pub(crate) mod placement;
 mod pod_security;
 mod refusal;
+mod registry;
 mod report;
 mod secret;
 mod service;

@@ -248,6 +248,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "meta",
             "owner",
             "names",
+            "registry",
             "devices",
             "secret",
             "step",

@@ -12,6 +12,7 @@ mod baseline;
 mod build;
 mod converge;
 mod devices;
+mod env;
 mod placement;
 mod placement_checks;
 mod pod_security;

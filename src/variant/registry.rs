@@ -1,0 +1,161 @@
+//! The devices of a Mutation as Secret `<name>-devices` keeps them (R39), pure: per device the
+//! SHA-256 of its token (never the token), its variant and when it enrolled; the variants that
+//! enrollment made; and the token check against those hashes. No I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::ByteString;
+
+use crate::crd::{DeviceState, DeviceStatus, Reported};
+
+/// Prefix of a device's key in Secret `<name>-devices`.
+pub const DEVICE_KEY_PREFIX: &str = "device.";
+/// Key of Secret `<name>-devices` that lists the variants enrollment made.
+pub const MADE_KEY: &str = "made-variants";
+
+/// The name of Mutation `name`'s devices Secret.
+pub fn devices_secret_name(name: &str) -> String {
+    format!("{name}-devices")
+}
+
+/// The SHA-256 of a token: all that is ever stored of a device's token.
+pub fn token_hash(token: &str) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+        out
+    })
+}
+
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in bytes.chunks(2).enumerate() {
+        let digit = |c: u8| char::from(c).to_digit(16);
+        let (hi, lo) = (digit(pair[0])?, digit(pair[1])?);
+        out[i] = u8::try_from(hi * 16 + lo).ok()?;
+    }
+    Some(out)
+}
+
+/// One device as Secret `<name>-devices` keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRecord {
+    /// SHA-256 of its token.
+    pub hash: [u8; 32],
+    /// The label of its variant.
+    pub variant: String,
+    /// When it enrolled (RFC 3339).
+    pub enrolled_at: String,
+}
+
+impl DeviceRecord {
+    /// The status entry of device `id` as it enrolled: Online, last seen when it enrolled.
+    pub fn entry(&self, id: &str) -> DeviceStatus {
+        DeviceStatus {
+            id: id.to_owned(),
+            variant: self.variant.clone(),
+            enrolled_at: self.enrolled_at.clone(),
+            last_seen: self.enrolled_at.clone(),
+            state: DeviceState::Online,
+            reported: Reported::default(),
+        }
+    }
+}
+
+/// The devices of a Mutation as Secret `<name>-devices` keeps them: key `device.<id>` holds
+/// `<sha256 hex> <variant> <enrolledAt>`, key `made-variants` the labels (comma-separated) of
+/// the variants enrollment made, which go when their last device goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Registry {
+    /// The devices, by id.
+    pub devices: BTreeMap<String, DeviceRecord>,
+    /// The variants enrollment made.
+    pub made: BTreeSet<String>,
+}
+
+impl Registry {
+    /// Reads a devices Secret's data; entries that do not parse are left out.
+    pub fn from_data(data: &BTreeMap<String, ByteString>) -> Registry {
+        let mut registry = Registry::default();
+        for (key, value) in data {
+            let Ok(text) = std::str::from_utf8(&value.0) else {
+                continue;
+            };
+            if key == MADE_KEY {
+                registry.made = text
+                    .split(',')
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+            } else if let Some(id) = key.strip_prefix(DEVICE_KEY_PREFIX) {
+                let mut parts = text.split(' ');
+                let (Some(hash), Some(variant), Some(enrolled_at), None) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                else {
+                    continue;
+                };
+                if let Some(hash) = unhex(hash) {
+                    registry.devices.insert(
+                        id.to_owned(),
+                        DeviceRecord {
+                            hash,
+                            variant: variant.to_owned(),
+                            enrolled_at: enrolled_at.to_owned(),
+                        },
+                    );
+                }
+            }
+        }
+        registry
+    }
+
+    /// The Secret's data for this registry.
+    pub fn to_data(&self) -> BTreeMap<String, ByteString> {
+        let mut data: BTreeMap<String, ByteString> = self
+            .devices
+            .iter()
+            .map(|(id, r)| {
+                let value = format!("{} {} {}", hex(&r.hash), r.variant, r.enrolled_at);
+                (
+                    format!("{DEVICE_KEY_PREFIX}{id}"),
+                    ByteString(value.into_bytes()),
+                )
+            })
+            .collect();
+        if !self.made.is_empty() {
+            let made = self.made.iter().cloned().collect::<Vec<_>>().join(",");
+            data.insert(MADE_KEY.to_owned(), ByteString(made.into_bytes()));
+        }
+        data
+    }
+
+    /// The id of the device whose token is `token`, compared with every device's hash in time
+    /// that does not depend on where they differ.
+    pub fn device_of(&self, token: &str) -> Option<&str> {
+        let hash = token_hash(token);
+        let mut found = None;
+        for (id, record) in &self.devices {
+            let equal: bool = subtle::ConstantTimeEq::ct_eq(&record.hash[..], &hash[..]).into();
+            if equal {
+                found = Some(id.as_str());
+            }
+        }
+        found
+    }
+
+    /// How many devices use variant `label`.
+    pub fn users_of(&self, label: &str) -> usize {
+        self.devices.values().filter(|r| r.variant == label).count()
+    }
+}
