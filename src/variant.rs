@@ -36,6 +36,7 @@
 pub mod access;
 mod baseline;
 mod build;
+mod cmdline;
 pub mod converge;
 pub mod devices;
 mod meta;

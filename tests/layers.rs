@@ -257,6 +257,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "status",
             "placement",
             "validate",
+            "cmdline",
             "access",
             "build",
             "converge",

@@ -27,6 +27,7 @@ mod connect;
 mod connections;
 mod cutoff;
 mod devices;
+mod devices_liveness;
 mod editors;
 mod examples;
 mod invalid;

@@ -8,9 +8,9 @@ use super::access::{base_with_secrets, refusal};
 use super::*;
 use crate::crd::DeviceAccess;
 use crate::variant::access::{
-    command_line_names, device_may_add, env_targets, is_startup_env, route_device_env,
-    validate_device_access,
+    device_may_add, env_targets, is_startup_env, route_device_env, validate_device_access,
 };
+use crate::variant::cmdline::command_line_names;
 
 /// [`refusal`] for a Mutation with spec.devices (R41: env is deny-by-default).
 fn refusal_with_devices(access: Option<&DeviceAccess>, env: &[(&str, &str)]) -> String {
