@@ -22,6 +22,9 @@ pub const MIN_ADMIN_TOKEN: usize = 32;
 pub const DEFAULT_METRICS_MAX_DEVICES: usize = 200;
 /// Default `MUTANT_API_MAX_CONNECTIONS`.
 pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
+/// Default `MUTANT_API_BUFFER_MIB`: what the API holds of request bodies and answers at once
+/// (issue 35, item 2); one caller holds at most a quarter of it.
+pub const DEFAULT_API_BUFFER_MIB: usize = 8;
 /// Default `MUTANT_STALE_AFTER_SECONDS`: two Lease durations.
 pub const DEFAULT_STALE_AFTER_SECONDS: u64 = 30;
 
@@ -90,6 +93,9 @@ pub struct Config {
     pub api_namespaces: Option<Vec<String>>,
     /// `MUTANT_API_MAX_CONNECTIONS`: the most connections the API listener keeps open.
     pub api_max_connections: usize,
+    /// `MUTANT_API_BUFFER_MIB`: the MiB of request bodies and answers the API holds at once,
+    /// beyond 16 KiB each; a caller holds at most a quarter.
+    pub api_buffer_mib: usize,
     /// `MUTANT_STALE_AFTER_SECONDS`: how long the API server may fail to answer before this
     /// replica stops answering from its caches and reports not ready.
     pub stale_after: Duration,
@@ -219,6 +225,13 @@ impl Config {
             65_536,
         )?)
         .unwrap_or(DEFAULT_API_MAX_CONNECTIONS);
+        let api_buffer_mib = usize::try_from(whole(
+            "MUTANT_API_BUFFER_MIB",
+            DEFAULT_API_BUFFER_MIB as u64,
+            1,
+            1024,
+        )?)
+        .unwrap_or(DEFAULT_API_BUFFER_MIB);
         let stale_after = Duration::from_secs(whole(
             "MUTANT_STALE_AFTER_SECONDS",
             DEFAULT_STALE_AFTER_SECONDS,
@@ -307,6 +320,7 @@ impl Config {
             watch_namespace,
             api_namespaces,
             api_max_connections,
+            api_buffer_mib,
             stale_after,
             metrics_max_devices,
             lease_duration,

@@ -11,6 +11,10 @@
 //!   `431 Request Header Fields Too Large` and the connection is closed;
 //! - [`read_body`] refuses bodies over [`ServerConfig::body_limit`] (413, before reading
 //!   anything when `Content-Length` already says so) and bodies that arrive too slowly (408);
+//!   what a body or an answer holds beyond [`FREE_BYTES`](budget::FREE_BYTES) is reserved from a [`Budget`]
+//!   (`budget.rs`), refused with 503 when the caller's share or the total is held already;
+//! - a client that leaves what it is sent untaken for [`ServerConfig::write_timeout`] once its
+//!   socket backs up is disconnected (`deadline.rs`);
 //! - a panicking handler answers 500 instead of dropping the connection;
 //! - at most [`ServerConfig::max_connections`] connections are open at once: at the cap the
 //!   longest idle one is closed to make room, and a new one is refused (503 with
@@ -39,7 +43,9 @@ use tracing::Instrument as _;
 use crate::{Result, shutdown::Shutdown};
 
 mod body;
+mod budget;
 mod conns;
+mod deadline;
 mod limits;
 mod response;
 
@@ -50,6 +56,9 @@ mod tests;
 pub mod tls;
 
 pub use body::read_body;
+#[cfg(test)]
+use budget::FREE_BYTES;
+pub use budget::{Budget, Key, Reservation, hold_answer};
 pub use limits::ServerConfig;
 pub use response::{Body, error, json, method_not_allowed, no_content, not_found, text};
 
@@ -224,6 +233,7 @@ where
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(server = name, peer = %peer, error = %err, "cannot set TCP_NODELAY");
         }
+        let stream = deadline::WriteDeadline::new(stream, config.write_timeout);
 
         let handler = handler.clone();
         let in_flight = slot.clone();

@@ -154,8 +154,11 @@ pub async fn run(config: Config) -> Result<()> {
         .api_namespaces
         .clone()
         .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns]));
+    let buffer_bytes = config.api_buffer_mib.saturating_mul(1024 * 1024);
     let server = ServerConfig {
         max_connections: config.api_max_connections,
+        buffer_bytes,
+        buffer_share: buffer_bytes / 4,
         ..ServerConfig::default()
     };
     let state = Arc::new(ApiState::new(

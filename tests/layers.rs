@@ -269,7 +269,12 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
     ("config", &[]),
     ("connect", &["depth", "tls", "health"]),
-    ("http", &["response", "limits", "conns", "body", "tls"]),
+    (
+        "http",
+        &[
+            "response", "limits", "deadline", "conns", "budget", "body", "tls",
+        ],
+    ),
     ("metrics", &["labels", "process", "gauges"]),
     ("lease", &["decide"]),
     ("submit", &["pod_security", "devices"]),

@@ -50,6 +50,20 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// Whose share of the buffered bytes the caller's requests hold (issue 35, item 2).
+    pub fn budget_key(&self) -> crate::http::Key {
+        match self {
+            Caller::Admin => std::sync::Arc::from("admin"),
+            Caller::Mutation { namespace, name } => format!("token {namespace}/{name}").into(),
+            Caller::Device {
+                namespace,
+                name,
+                id,
+                ..
+            } => format!("device {namespace}/{name}/{id}").into(),
+        }
+    }
+
     /// Whether the caller may act on Mutation `namespace/name` (its GET and its variants).
     pub fn may_use(&self, namespace: &str, name: &str) -> bool {
         match self {

@@ -37,7 +37,7 @@ use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 use crate::{
     cache::Serving,
     http::{self, Body},
-    variant::{devices::validate_device_id, validate_label, validate_name},
+    variant::{access::DeviceLimits, devices::validate_device_id, validate_label, validate_name},
 };
 use auth::{Caller, Denied};
 use body::read_json;
@@ -50,8 +50,21 @@ pub use state::ApiState;
 pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let result = dispatch(&state, req).await;
+    // Whose share the answer holds: the caller's once known, else the client's address.
+    let mut key = req.extensions().get::<http::Peer>().map_or_else(
+        || http::Key::from("unknown client"),
+        |peer| http::Key::from(format!("address {}", peer.0.ip())),
+    );
+    let result = dispatch(&state, req, &mut key).await;
     let response = result.unwrap_or_else(ApiError::response);
+    // Issue 35, item 2: the answer holds its bytes until the client has taken it.
+    let response = http::hold_answer(response, state.buffers.open(key)).unwrap_or_else(|refused| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("answer not sent: {refused}"),
+        )
+        .response()
+    });
     let status = response.status().as_u16();
     if response.status().is_server_error() {
         tracing::warn!(%method, %path, status, "api request failed");
@@ -61,7 +74,7 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
     response
 }
 
-async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
+async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http::Key) -> ApiResult {
     let path = req.uri().path().to_string();
     let (route, params) = match routes::resolve(req.method(), &path) {
         Resolved::NotFound => return Ok(http::not_found()),
@@ -124,6 +137,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
         }
     }
     let caller = caller.ok_or_else(ApiError::unauthorized)?;
+    *key = caller.budget_key();
     // After the token, so that only the admin learns which namespaces are served; a Mutation's
     // token of another namespace gets the same 401 as a wrong one.
     if !served {
@@ -179,27 +193,44 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>) -> ApiResult {
         id.unwrap_or_default(),
     );
     let at = variants::At { ns, name, label };
+    // Issue 35, item 2: a body is held in the caller's share while it is read and handled;
+    // a token's is no larger than the largest variant its Mutation lets it add.
+    let limit = match &caller {
+        Caller::Admin => state.server.body_limit,
+        Caller::Mutation { .. } | Caller::Device { .. } => {
+            let access = state
+                .caches
+                .mutations
+                .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+                .and_then(|m| m.spec.device_access.clone());
+            DeviceLimits::of(access.as_ref())
+                .body_bytes()
+                .min(state.server.body_limit)
+        }
+    };
+    let mut held = state.buffers.open(caller.budget_key());
+    let held = &mut held;
     match route.action {
         Action::ListMutations => mutations::list(state, ns),
         Action::CreateMutation => {
-            let body = read_json(state, req).await?;
+            let body = read_json(state, req, limit, held).await?;
             mutations::create(state, ns, body).await
         }
         Action::GetMutation => mutations::get(state, &caller, ns, name).await,
         Action::DeleteMutation => mutations::delete(state, ns, name).await,
         Action::ListVariants => variants::list(state, &caller, ns, name).await,
         Action::AddVariant => {
-            let body = read_json(state, req).await?;
+            let body = read_json(state, req, limit, held).await?;
             variants::add(state, &caller, ns, name, body).await
         }
         Action::GetVariant => variants::get(state, &caller, at).await,
         Action::ScaleVariant => {
-            let body = read_json(state, req).await?;
+            let body = read_json(state, req, limit, held).await?;
             variants::scale(state, &caller, at, body).await
         }
         Action::RemoveVariant => variants::remove(state, &caller, at).await,
         Action::EnrollDevice => {
-            let body = read_json(state, req).await?;
+            let body = read_json(state, req, limit, held).await?;
             devices::enroll(state, &caller, ns, name, body).await
         }
         Action::ListDevices => devices::list(state, &caller, ns, name).await,

@@ -42,6 +42,8 @@ pub struct ApiState {
     pub heartbeats: Heartbeats,
     /// The budget of changes per device token ([`WRITES_PER_DEVICE`]).
     pub device_writes: Buckets<Caller>,
+    /// The bytes of bodies and answers this replica holds for its callers (issue 35, item 2).
+    pub buffers: Arc<crate::http::Budget>,
 }
 
 impl ApiState {
@@ -68,6 +70,7 @@ impl ApiState {
             own_account,
             heartbeats: Heartbeats::default(),
             device_writes: Buckets::new(WRITES_PER_DEVICE),
+            buffers: crate::http::Budget::new(server.buffer_bytes, server.buffer_share),
         }
     }
 

@@ -214,11 +214,13 @@ fn api_namespaces_connections_and_staleness() {
     let c = config(&[]).unwrap();
     assert_eq!(c.api_namespaces, None);
     assert_eq!(c.api_max_connections, DEFAULT_API_MAX_CONNECTIONS);
+    assert_eq!(c.api_buffer_mib, DEFAULT_API_BUFFER_MIB);
     assert_eq!(c.stale_after, Duration::from_secs(30));
     assert_eq!(c.metrics_max_devices, DEFAULT_METRICS_MAX_DEVICES);
     let c = config(&[
         ("MUTANT_API_NAMESPACES", " boards, kiosks ,"),
         ("MUTANT_API_MAX_CONNECTIONS", "64"),
+        ("MUTANT_API_BUFFER_MIB", "2"),
         ("MUTANT_STALE_AFTER_SECONDS", "5"),
         ("MUTANT_METRICS_MAX_DEVICES", "0"),
     ])
@@ -229,6 +231,8 @@ fn api_namespaces_connections_and_staleness() {
         Some(vec!["boards".to_string(), "kiosks".to_string()])
     );
     assert_eq!(c.api_max_connections, 64);
+    // Issue 35, item 2.
+    assert_eq!(c.api_buffer_mib, 2);
     assert_eq!(c.stale_after, Duration::from_secs(5));
     assert_eq!(
         config(&[("MUTANT_API_NAMESPACES", " , ")])
@@ -240,6 +244,8 @@ fn api_namespaces_connections_and_staleness() {
         ("MUTANT_API_NAMESPACES", "Boards"),
         ("MUTANT_API_MAX_CONNECTIONS", "0"),
         ("MUTANT_API_MAX_CONNECTIONS", "lots"),
+        ("MUTANT_API_BUFFER_MIB", "0"),
+        ("MUTANT_API_BUFFER_MIB", "1025"),
         ("MUTANT_STALE_AFTER_SECONDS", "0"),
         ("MUTANT_METRICS_MAX_DEVICES", "100001"),
         ("MUTANT_METRICS_MAX_DEVICES", "-1"),

@@ -79,7 +79,7 @@ pub struct DeviceAccess {
     #[schemars(range(min = 0, max = 256))]
     pub max_env: Option<i32>,
 
-    /// Longest env value, in characters, of a variant the token adds (default 4096).
+    /// Longest env value, in bytes of UTF-8, of a variant the token adds (default 4096).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 32768))]
     pub max_value_length: Option<i32>,

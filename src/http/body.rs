@@ -1,12 +1,15 @@
 //! Request bodies: read whole, within the listener's size and time limits.
 
-use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use std::time::Duration;
+
+use http_body_util::BodyExt as _;
 use hyper::{
     Response, StatusCode,
     body::{Body as _, Bytes, Incoming},
 };
 
-use super::limits::ServerConfig;
+use super::budget::{Refused, Reservation};
+use super::limits::human_size;
 use super::response::{Body, error};
 
 /// Why [`read_body`] gave no body.
@@ -24,15 +27,19 @@ pub enum BodyError {
     /// The body could not be read (for example a malformed chunked encoding).
     #[error("cannot read request body: {0}")]
     Read(String),
+    /// The body does not fit the listener's budget of buffered bytes now.
+    #[error("request body not read: {0}")]
+    Busy(Refused),
 }
 
 impl BodyError {
-    /// The status code that answers this error: 413, 408 or 400.
+    /// The status code that answers this error: 413, 408, 400 or 503.
     pub fn status(&self) -> StatusCode {
         match self {
             BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
             BodyError::Read(_) => StatusCode::BAD_REQUEST,
+            BodyError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -42,36 +49,53 @@ impl BodyError {
     }
 }
 
-/// `1048576` → `1 MiB`, `16384` → `16 KiB`, `1000` → `1000 bytes`.
-pub(super) fn human_size(bytes: usize) -> String {
-    const KIB: usize = 1024;
-    const MIB: usize = 1024 * KIB;
-    if bytes >= MIB && bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
-        format!("{} KiB", bytes / KIB)
-    } else {
-        format!("{bytes} bytes")
+/// Reads a whole request body, at most `limit` bytes within `timeout`, holding what it reads
+/// in `held` (issue 35, item 2): the caller keeps that reservation while it handles the body.
+///
+/// A `Content-Length` over the limit is refused before anything is read (and before hyper
+/// sends `100 Continue`), and so is one the budget cannot hold; a chunked body is refused as
+/// soon as it passes the limit or the budget.
+pub async fn read_body(
+    body: Incoming,
+    limit: usize,
+    timeout: Duration,
+    held: &mut Reservation,
+) -> Result<Bytes, BodyError> {
+    // Hyper's size hint is exact when the request has a Content-Length.
+    let announced = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
+    if announced > limit {
+        return Err(BodyError::TooLarge { limit });
+    }
+    held.cover(announced).map_err(BodyError::Busy)?;
+    match tokio::time::timeout(timeout, collect(body, limit, announced, held)).await {
+        Err(_elapsed) => Err(BodyError::Timeout),
+        Ok(read) => read,
     }
 }
 
-/// Reads a whole request body, at most [`ServerConfig::body_limit`] bytes within
-/// [`ServerConfig::body_timeout`].
-///
-/// A `Content-Length` over the limit is refused before anything is read (and before hyper
-/// sends `100 Continue`); a chunked body is refused as soon as it passes the limit.
-pub async fn read_body(body: Incoming, config: &ServerConfig) -> Result<Bytes, BodyError> {
-    let limit = config.body_limit;
-    // Hyper's size hint is exact when the request has a Content-Length.
-    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
-        return Err(BodyError::TooLarge { limit });
-    }
-    match tokio::time::timeout(config.body_timeout, Limited::new(body, limit).collect()).await {
-        Err(_elapsed) => Err(BodyError::Timeout),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(BodyError::TooLarge { limit })
+/// The frames of `body` in one buffer whose capacity `held` always covers.
+async fn collect(
+    mut body: Incoming,
+    limit: usize,
+    announced: usize,
+    held: &mut Reservation,
+) -> Result<Bytes, BodyError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(announced);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        let len = buf.len().saturating_add(data.len());
+        if len > limit {
+            return Err(BodyError::TooLarge { limit });
         }
-        Ok(Err(err)) => Err(BodyError::Read(err.to_string())),
+        if len > buf.capacity() {
+            let capacity = len.max(buf.capacity().saturating_mul(2)).min(limit);
+            held.cover(capacity).map_err(BodyError::Busy)?;
+            buf.reserve_exact(capacity - buf.len());
+        }
+        buf.extend_from_slice(&data);
     }
+    Ok(Bytes::from(buf))
 }

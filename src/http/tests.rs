@@ -20,6 +20,9 @@ use tokio::{
 use super::*;
 use crate::shutdown::{self, Trigger};
 
+/// The length of `GET /big`'s answer: more than the socket buffers of both ends hold.
+const BIG: usize = 32 * 1024 * 1024;
+
 /// A generous bound for anything that should happen "soon"; never reached when things work.
 const DEADLINE: Duration = Duration::from_secs(2);
 
@@ -30,6 +33,9 @@ fn test_config() -> ServerConfig {
         max_header_bytes: 8192,
         body_limit: 1024,
         body_timeout: Duration::from_millis(300),
+        buffer_bytes: 4 * FREE_BYTES,
+        buffer_share: 2 * FREE_BYTES,
+        write_timeout: Duration::from_millis(300),
         drain_timeout: DEADLINE,
         keep_alive: true,
         max_connections: 8,
@@ -60,10 +66,15 @@ async fn route(
             json(StatusCode::OK, &serde_json::json!({"slow": true}))
         }
         (&Method::GET, "/panic") => panic!("handler panicked on purpose"),
-        (&Method::POST, "/echo") => match read_body(request.into_body(), &config).await {
-            Ok(body) => json(StatusCode::OK, &serde_json::json!({"len": body.len()})),
-            Err(err) => err.response(),
-        },
+        (&Method::POST, "/echo") => {
+            let mut held = Budget::new(FREE_BYTES, FREE_BYTES).open(Arc::from("test"));
+            let limit = config.body_limit;
+            match read_body(request.into_body(), limit, config.body_timeout, &mut held).await {
+                Ok(body) => json(StatusCode::OK, &serde_json::json!({"len": body.len()})),
+                Err(err) => err.response(),
+            }
+        }
+        (&Method::GET, "/big") => text(StatusCode::OK, "text/plain", "x".repeat(BIG)),
         (&Method::GET, p) if p.starts_with("/echo/") => {
             json(StatusCode::OK, &serde_json::json!({"path": p}))
         }
@@ -372,5 +383,6 @@ async fn bind_error_names_the_address() {
 }
 
 mod cap;
+mod deadline;
 mod draining;
 mod helpers;

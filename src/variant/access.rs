@@ -217,9 +217,17 @@ pub struct DeviceLimits {
     pub variants: usize,
     /// Most env entries of a variant.
     pub env: usize,
-    /// Longest env value, in characters.
+    /// Longest env value, in bytes of UTF-8.
     pub value_length: usize,
 }
+
+/// What a token's request body may hold besides its variant's env: the label, the
+/// instances, the placement fields and the JSON around them.
+pub const BODY_ALLOWANCE: usize = 64 * 1024;
+
+/// What one env entry of a token's variant may take in its request body beyond its value: the
+/// longest name and the JSON around both.
+const ENV_ENTRY_OVERHEAD: usize = crate::crd::limits::MAX_ENV_NAME + 16;
 
 impl DeviceLimits {
     /// The limits of a Mutation with `access` (its `spec.deviceAccess`).
@@ -234,6 +242,14 @@ impl DeviceLimits {
             env: size(access.max_env, DEVICE_MAX_ENV),
             value_length: size(access.max_value_length, DEVICE_MAX_VALUE),
         }
+    }
+
+    /// The largest request body a Mutation's or a device's token may send (issue 35, item 2):
+    /// the largest variant it may add, as JSON without escapes in its values, with
+    /// [`BODY_ALLOWANCE`] for the rest. 197 KiB by default.
+    pub fn body_bytes(self) -> usize {
+        let entry = ENV_ENTRY_OVERHEAD.saturating_add(self.value_length);
+        BODY_ALLOWANCE.saturating_add(self.env.saturating_mul(entry))
     }
 }
 
@@ -335,10 +351,11 @@ pub fn device_may_add(
             }
             _ => {}
         }
-        let length = value.chars().count();
+        // In bytes (issue 35, item 6): what is stored, and what the request body carries.
+        let length = value.len();
         if length > limits.value_length {
             return Err(format!(
-                "env {name:?}: value of {length} characters; a Mutation's token may send at \
+                "env {name:?}: value of {length} bytes (UTF-8); a Mutation's token may send at \
                  most {} ({})",
                 limits.value_length,
                 bound_source("maxValueLength", set(|a| a.max_value_length.is_some()))

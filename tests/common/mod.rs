@@ -14,6 +14,7 @@
     reason = "a failed step must fail the test"
 )]
 
+pub mod cgroup;
 pub mod http;
 pub mod tls;
 
@@ -308,6 +309,8 @@ pub struct Operator {
     pub starts: u32,
     /// The most files the process may open (`prlimit --nofile`), if limited.
     open_files: Option<u64>,
+    /// The cgroup the process runs in (its directory), if not this one's.
+    cgroup: Option<std::path::PathBuf>,
 }
 
 impl Operator {
@@ -331,12 +334,23 @@ impl Operator {
         env: &[(&str, &str)],
         open_files: Option<u64>,
     ) -> Operator {
+        Self::start_confined(namespace, env, open_files, None)
+    }
+
+    /// [`Operator::start_limited`], in cgroup `cgroup` (see [`cgroup::MemoryCgroup`]) from its
+    /// first instruction, as a container would be.
+    pub fn start_confined(
+        namespace: &str,
+        env: &[(&str, &str)],
+        open_files: Option<u64>,
+        cgroup: Option<&std::path::Path>,
+    ) -> Operator {
         let own_addresses = env
             .iter()
             .any(|(k, _)| *k == "MUTANT_API_ADDR" || *k == "MUTANT_METRICS_ADDR");
         let mut attempt = 1;
         loop {
-            let mut operator = Self::spawn(namespace, env, open_files);
+            let mut operator = Self::spawn(namespace, env, open_files, cgroup);
             if own_addresses {
                 return operator;
             }
@@ -366,7 +380,12 @@ impl Operator {
         }
     }
 
-    fn spawn(namespace: &str, env: &[(&str, &str)], open_files: Option<u64>) -> Operator {
+    fn spawn(
+        namespace: &str,
+        env: &[(&str, &str)],
+        open_files: Option<u64>,
+        cgroup: Option<&std::path::Path>,
+    ) -> Operator {
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let mut operator = Operator {
@@ -381,6 +400,7 @@ impl Operator {
             metrics_port: free_port(),
             starts: 0,
             open_files,
+            cgroup: cgroup.map(std::path::Path::to_path_buf),
         };
         operator.launch();
         operator
@@ -401,12 +421,26 @@ impl Operator {
             writeln!(file, "=== operator start #{} ===", self.starts).unwrap();
         }
         let binary = env!("CARGO_BIN_EXE_mutantops");
-        let mut command = match self.open_files {
-            None => std::process::Command::new(binary),
-            Some(n) => {
+        let mut command = match (self.open_files, &self.cgroup) {
+            (None, None) => std::process::Command::new(binary),
+            (Some(n), None) => {
                 // prlimit execs the binary: the child's pid is the operator's.
                 let mut command = std::process::Command::new("prlimit");
                 command.arg(format!("--nofile={n}:{n}")).arg(binary);
+                command
+            }
+            (open_files, Some(cgroup)) => {
+                // The shell moves itself into the cgroup, then execs: the operator's pid.
+                let mut command = std::process::Command::new("sh");
+                command
+                    .arg("-c")
+                    .arg(r#"echo $$ > "$1/cgroup.procs" && shift && exec "$@""#)
+                    .arg("sh")
+                    .arg(cgroup);
+                if let Some(n) = open_files {
+                    command.args(["prlimit", &format!("--nofile={n}:{n}")]);
+                }
+                command.arg(binary);
                 command
             }
         };

@@ -35,6 +35,7 @@ mod kubectl;
 mod leader;
 mod lease_requests;
 mod lifecycle;
+mod memory;
 mod metrics;
 mod placement;
 mod poison;

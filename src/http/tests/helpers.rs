@@ -1,7 +1,7 @@
 //! The response helpers, body errors and the default limits.
 
 use super::*;
-use crate::http::body::{BodyError, human_size};
+use crate::http::{body::BodyError, limits::human_size};
 
 #[tokio::test]
 async fn response_helpers() {

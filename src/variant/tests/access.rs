@@ -207,6 +207,21 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
         e.contains("env \"TITLE\"") && e.contains("4097") && e.contains("at most 4096"),
         "{e}"
     );
+    // Issue 35, item 6: the bound counts bytes, what is stored and sent: 1024 four-byte
+    // characters fit, one more does not.
+    let wide = "\u{1F4A1}".repeat(1024);
+    assert_eq!(refusal(None, &[("TITLE", &wide)], 1), "");
+    let wider = "\u{1F4A1}".repeat(1025);
+    let e = refusal(None, &[("TITLE", &wider)], 1);
+    assert!(
+        e.contains("4100 bytes") && e.contains("at most 4096"),
+        "{e}"
+    );
+    // Issue 35, item 2: what a token's body may be follows the same bounds.
+    assert_eq!(
+        DeviceLimits::of(None).body_bytes(),
+        64 * 1024 + 32 * (144 + 4096)
+    );
     let full = device_may_add(&base_json(), None, &variant("x", &[], 1), 20, false).unwrap_err();
     assert!(
         full.contains("has 20") && full.contains("fewer than 20") && full.contains("maxVariants"),
