@@ -1,8 +1,8 @@
 //! The metrics and probe listener (`MUTANT_METRICS_ADDR`, default `0.0.0.0:9568`), which the
 //! API's Service does not name: `/metrics` (Prometheus text 0.0.4, or OpenMetrics for a
 //! client that prefers it, as Prometheus does), `/healthz` (the process answers) and
-//! `/readyz` (the caches are synced, and the API server has answered within
-//! `MUTANT_STALE_AFTER_SECONDS`). Served by the same hardened loop as the API.
+//! `/readyz` (the caches are synced, the API server has answered within
+//! `MUTANT_STALE_AFTER_SECONDS`, and the API listener would let a new connection in). Served by the same hardened loop as the API.
 
 use std::sync::Arc;
 
@@ -25,6 +25,9 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// The caches whose sync `/readyz` reports.
     pub caches: Caches,
+    /// The API listener's connections: `/readyz` says not ready while no new one would be let
+    /// in (issue 35, item 3).
+    pub api_connections: Option<Arc<http::Connections>>,
 }
 
 /// Serves one request of the metrics listener.
@@ -45,6 +48,20 @@ pub fn handle(
         }
         "/healthz" => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
         "/readyz" => match state.caches.serving() {
+            Serving::Yes
+                if state
+                    .api_connections
+                    .as_ref()
+                    .is_some_and(|c| c.saturated()) =>
+            {
+                http::text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain; charset=utf-8",
+                    "not ready: the API's connections are all busy or just opened; new ones \
+                     are refused\n"
+                        .into(),
+                )
+            }
             Serving::Yes => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
             Serving::Starting => http::text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -115,7 +132,11 @@ mod tests {
         let (caches, mut writers) = crate::cache::for_tests();
         let metrics = Arc::new(Metrics::new());
         metrics.set_caches(caches.clone());
-        let state = AdminState { metrics, caches };
+        let state = AdminState {
+            metrics,
+            caches,
+            api_connections: None,
+        };
         assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
         assert_eq!(
             get(&state, "/readyz").await.0,
@@ -141,6 +162,7 @@ mod tests {
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,
+            api_connections: None,
         };
         health.failed();
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
@@ -157,6 +179,7 @@ mod tests {
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,
+            api_connections: None,
         };
         let open = handle(
             &state,

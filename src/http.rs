@@ -16,10 +16,11 @@
 //! - a client that leaves what it is sent untaken for [`ServerConfig::write_timeout`] once its
 //!   socket backs up is disconnected (`deadline.rs`);
 //! - a panicking handler answers 500 instead of dropping the connection;
-//! - at most [`ServerConfig::max_connections`] connections are open at once: at the cap the
-//!   longest idle one is closed to make room, and a new one is refused (503 with
-//!   `Retry-After` over plain HTTP) only when every open one has a request in flight
-//!   (`conns.rs`);
+//! - at most [`ServerConfig::max_connections`] connections are open at once: at the cap an
+//!   idle one (of the address holding the most, never one younger than the head deadline) is
+//!   closed to make room, and a new one is refused (503 with `Retry-After` over plain HTTP)
+//!   only when none may be closed (`conns.rs`); one client address has at most half of them
+//!   busy at once, its next request answered 503 (`shares.rs`);
 //! - a failing `accept` (for example `EMFILE`) is logged and retried, never ends the loop;
 //! - on shutdown the listener is closed first, then in-flight requests are drained for at
 //!   most [`ServerConfig::drain_timeout`].
@@ -48,9 +49,11 @@ mod conns;
 mod deadline;
 mod limits;
 mod response;
+mod shares;
 
-pub use conns::Peer;
 use conns::{EVICTION_WAIT, REFUSAL_LOG_EVERY, REFUSED_AT_CAP};
+pub use conns::{Open as Connections, Peer};
+pub use shares::Shares;
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -61,6 +64,22 @@ use budget::FREE_BYTES;
 pub use budget::{Budget, Key, Reservation, hold_answer};
 pub use limits::ServerConfig;
 pub use response::{Body, error, json, method_not_allowed, no_content, not_found, text};
+
+/// 503 with `Retry-After: 1` and `Connection: close` (the body, if any, is not read), for a
+/// request over a share of the busy connections.
+pub fn at_share(message: String) -> Response<Body> {
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, message);
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    response
+}
 
 /// The smallest read buffer hyper accepts (`max_buf_size` panics below it).
 const MIN_MAX_BUF_SIZE: usize = 8192;
@@ -143,6 +162,30 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
+    let open = connections(&config);
+    serve_on(name, listener, config, tls, shutdown, open, handler).await
+}
+
+/// The open connections of a listener of `config`, for [`serve_on`]; whoever keeps a clone
+/// can ask whether the listener is [saturated](Connections::saturated).
+pub fn connections(config: &ServerConfig) -> Arc<Connections> {
+    Connections::new(config.max_connections, config.header_read_timeout)
+}
+
+/// [`serve`], keeping its connections in `open` (from [`connections`]).
+pub async fn serve_on<F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    config: ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: Shutdown,
+    open: Arc<Connections>,
+    handler: F,
+) -> Result<()>
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let local = listener.local_addr()?;
 
@@ -164,7 +207,8 @@ where
         .keep_alive(config.keep_alive);
 
     let graceful = GracefulShutdown::new();
-    let open = conns::Open::new(config.max_connections);
+    // Issue 35, item 3: one address has at most half the connections busy at once.
+    let by_address = Shares::new(config.max_connections / 2);
     let (mut refused, mut last_refusal_log) = (0u64, None);
     let mut connections = JoinSet::new();
     let down = shutdown.wait();
@@ -200,7 +244,7 @@ where
                 }
             }
         };
-        let (slot, id) = match open.admit() {
+        let (slot, id) = match open.admit(peer.ip()) {
             conns::Admit::Yes { slot, id, evicted } => {
                 if let Some(evicted) = evicted {
                     tracing::debug!(server = name, peer = %peer, "at the connection cap: closing the longest idle connection");
@@ -237,13 +281,22 @@ where
 
         let handler = handler.clone();
         let in_flight = slot.clone();
+        let by_address = by_address.clone();
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(Peer(peer));
             let busy = in_flight.busy();
-            let response = call_guarded(&handler, request);
+            let entered = by_address.enter(peer.ip());
+            let response = entered.is_some().then(|| call_guarded(&handler, request));
+            let share = by_address.max();
             async move {
-                let response = response.await;
-                drop(busy);
+                let response = match response {
+                    Some(response) => response.await,
+                    None => at_share(format!(
+                        "this address has {share} requests in flight, its share of this \
+                         replica's connections; retry in a second"
+                    )),
+                };
+                drop((busy, entered));
                 Ok::<_, Infallible>(response)
             }
         });

@@ -144,11 +144,6 @@ pub async fn run(config: Config) -> Result<()> {
         },
     );
     metrics.set_caches(caches.clone());
-    let admin_state = Arc::new(AdminState {
-        metrics,
-        caches: caches.clone(),
-    });
-    let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
     let controllers = tokio::spawn(controllers);
     let served = config
         .api_namespaces
@@ -163,12 +158,18 @@ pub async fn run(config: Config) -> Result<()> {
     };
     let state = Arc::new(ApiState::new(
         client,
-        caches,
+        caches.clone(),
         auth,
         server,
         served,
         own_account,
     ));
+    let admin_state = Arc::new(AdminState {
+        metrics,
+        caches,
+        api_connections: Some(state.connections.clone()),
+    });
+    let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
     let api = tokio::spawn(api::serve(state, api_listener, api_tls, stop));
 
     shutdown::signal().await?;

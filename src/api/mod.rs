@@ -138,6 +138,14 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     }
     let caller = caller.ok_or_else(ApiError::unauthorized)?;
     *key = caller.budget_key();
+    // Issue 35, item 3: a caller has at most its share of the connections busy.
+    let Some(_in_flight) = state.in_flight.enter(caller.budget_key()) else {
+        return Ok(http::at_share(format!(
+            "this token has {} requests in flight, its share of this replica's connections; \
+             retry in a second",
+            state.in_flight.max()
+        )));
+    };
     // After the token, so that only the admin learns which namespaces are served; a Mutation's
     // token of another namespace gets the same 401 as a wrong one.
     if !served {
@@ -263,8 +271,8 @@ pub async fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: crate::shutdown::Shutdown,
 ) -> crate::Result<()> {
-    let config = state.server;
-    http::serve("api", listener, config, tls, shutdown, move |req| {
+    let (config, open) = (state.server, state.connections.clone());
+    http::serve_on("api", listener, config, tls, shutdown, open, move |req| {
         let state = state.clone();
         async move { handle(state, req).await }
     })

@@ -44,6 +44,11 @@ pub struct ApiState {
     pub device_writes: Buckets<Caller>,
     /// The bytes of bodies and answers this replica holds for its callers (issue 35, item 2).
     pub buffers: Arc<crate::http::Budget>,
+    /// The requests each caller has in flight: at most a quarter of the connections (issue
+    /// 35, item 3).
+    pub in_flight: Arc<crate::http::Shares<crate::http::Key>>,
+    /// The listener's connections, whose saturation `/readyz` reports.
+    pub connections: Arc<crate::http::Connections>,
 }
 
 impl ApiState {
@@ -71,6 +76,8 @@ impl ApiState {
             heartbeats: Heartbeats::default(),
             device_writes: Buckets::new(WRITES_PER_DEVICE),
             buffers: crate::http::Budget::new(server.buffer_bytes, server.buffer_share),
+            in_flight: crate::http::Shares::new(server.max_connections / 4),
+            connections: crate::http::connections(&server),
         }
     }
 

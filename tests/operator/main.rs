@@ -47,6 +47,7 @@ mod replicas;
 mod scoped;
 mod secret;
 mod services;
+mod slots;
 mod small_devices;
 mod steady;
 mod tls;
