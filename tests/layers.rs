@@ -272,7 +272,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "response", "limits", "deadline", "conns", "budget", "body", "tls",
+            "response", "limits", "deadline", "shares", "conns", "budget", "body", "tls",
         ],
     ),
     ("metrics", &["labels", "process", "gauges"]),

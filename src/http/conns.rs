@@ -182,7 +182,7 @@ impl Open {
             };
             let entry = by_addr.entry(slot.addr).or_insert((0, since, *id));
             entry.0 += 1;
-            if since < entry.1 {
+            if (since, *id) < (entry.1, entry.2) {
                 (entry.1, entry.2) = (since, *id);
             }
         }
