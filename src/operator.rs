@@ -16,7 +16,7 @@ use crate::{
     lease::{self, Elector},
     metrics::Metrics,
     shutdown,
-    variant::ServiceAccountRef,
+    variant::{PodSecurity, ServiceAccountRef, Version},
 };
 
 /// The user agent of every request the operator makes: visible in the API server's audit log
@@ -75,6 +75,26 @@ fn own_account(config: &Config) -> Option<ServiceAccountRef> {
     }
 }
 
+/// The API server's version as a version of the Pod Security Standards: the policy of a
+/// namespace that pins none (R33; issue 35, item 9). `None`, said in the log, for a version it
+/// cannot read: then such a namespace is checked against the strictest of every version.
+fn policy_version(info: &k8s_openapi::apimachinery::pkg::version::Info) -> Option<Version> {
+    let version = Version::of_server(&info.major, &info.minor);
+    match version {
+        Some(version) => tracing::info!(
+            %version,
+            "Pod Security baseline is checked as of this version where a namespace pins none"
+        ),
+        None => tracing::warn!(
+            major = %info.major,
+            minor = %info.minor,
+            "the API server's version is not 1.<minor>: where a namespace pins no Pod \
+             Security version, baseline is checked as the strictest of every version"
+        ),
+    }
+    version
+}
+
 /// Connects to the Kubernetes API (service account in a cluster, kubeconfig outside) and runs
 /// until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<()> {
@@ -130,7 +150,10 @@ pub async fn run(config: Config) -> Result<()> {
         stale_after: Some(config.stale_after),
     };
     let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref(), freshness);
-    let own_account = own_account(&config);
+    let pod_security = PodSecurity {
+        own_account: own_account(&config),
+        server: policy_version(&version),
+    };
     let controllers = controller::start(
         client.clone(),
         &caches,
@@ -140,7 +163,7 @@ pub async fn run(config: Config) -> Result<()> {
         leader,
         controller::Identity {
             instance: config.pod_name.clone(),
-            own_account: own_account.clone(),
+            pod_security: pod_security.clone(),
         },
     );
     metrics.set_caches(caches.clone());
@@ -162,7 +185,7 @@ pub async fn run(config: Config) -> Result<()> {
         auth,
         server,
         served,
-        own_account,
+        pod_security,
     ));
     let admin_state = Arc::new(AdminState {
         metrics,

@@ -15,8 +15,9 @@
 //! - **placement**: `placement` merges a variant's nodeSelector, tolerations, images and
 //!   resources over the base, checks them, and bounds what a token may set of them (R37);
 //! - **pod security**: [`baseline_findings`] lists how a pod template breaks Pod Security
-//!   "baseline", and a [`Review`] of an owner's Deployments says whether the operator may make
-//!   them in their namespace, and why not (R33);
+//!   "baseline" as of a [`Policy`] (the version a namespace is held to), and a [`Review`] of an
+//!   owner's Deployments says whether the operator may make them in their namespace, and why
+//!   not (R33);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **refusals**: [`classify`] tells the API server's refusal of a Deployment (the object's
 //!   fault, or a policy's) from a failure worth retrying (R10, R35);
@@ -31,7 +32,8 @@
 //!
 //! The owner, the labels and the ownership checks are here; validation is in `validate`,
 //! building and the apply decision in `build`, status in `status`, the baseline controls in
-//! `baseline` and the decision on them in `pod_security`, all re-exported below.
+//! `baseline` (what changed between versions in `policy`) and the decision on them in
+//! `pod_security`, all re-exported below.
 
 pub mod access;
 mod baseline;
@@ -45,6 +47,7 @@ mod observed;
 mod owner;
 pub(crate) mod placement;
 mod pod_security;
+mod policy;
 mod refusal;
 mod registry;
 mod report;
@@ -58,8 +61,7 @@ mod validate;
 mod tests;
 
 pub use baseline::{
-    ALLOWED_CAPABILITIES, Finding, SAFE_SYSCTLS, SELINUX_TYPES, ServiceAccountRef,
-    baseline_findings, own_account_finding,
+    ALLOWED_CAPABILITIES, Finding, ServiceAccountRef, baseline_findings, own_account_finding,
 };
 pub use build::{Foreign, Planned, build, foreign, needs_apply, plan, resolve};
 pub use meta::{ControllerRef, HasMeta, Meta, MetaView, OwnerRef};
@@ -73,8 +75,9 @@ pub use owner::{
     READY_CONDITION, VARIANT_LABEL, controller_uid, is_controlled_by, may_prune,
 };
 pub use pod_security::{
-    BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, Review, hold_back,
+    BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, PodSecurity, Review, hold_back,
 };
+pub use policy::{ENFORCE_VERSION_LABEL, Policy, SAFE_SYSCTLS, SELINUX_TYPES, Version};
 pub use refusal::{MAX_SERVER_MESSAGE, Refusal, classify, server_message};
 pub use report::{Findings, Stale, held_statuses, owner_status, stale};
 pub use secret::CachedSecret;

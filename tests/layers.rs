@@ -261,6 +261,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "access",
             "build",
             "converge",
+            "policy",
             "baseline",
             "pod_security",
             "service",

@@ -36,9 +36,9 @@ pub async fn check_with_server(
         .map(|v| crate::variant::build(base, owner, v))
         .collect();
     let deployments = std::iter::once(base.value()).chain(&built);
-    let own = state.own_account.as_ref();
+    let known = &state.pod_security;
     if let Some(problem) =
-        pod_security::refusal(&state.client, own, &owner.namespace, deployments).await?
+        pod_security::refusal(&state.client, known, &owner.namespace, deployments).await?
     {
         return Err(ApiError::bad_request(problem));
     }

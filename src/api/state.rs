@@ -36,8 +36,9 @@ pub struct ApiState {
     pub misses: MissChecks,
     /// The budget of validated reads (`Cache-Control: no-cache`, `fresh.rs`).
     pub validations: Validations,
-    /// The operator's own ServiceAccount, when known: no base may run as it (R33).
-    pub own_account: Option<crate::variant::ServiceAccountRef>,
+    /// The operator's own ServiceAccount and the API server's version, when known: no base
+    /// may run as it, or break the baseline its namespace is held to (R33).
+    pub pod_security: crate::variant::PodSecurity,
     /// What this replica heard from devices (R40).
     pub heartbeats: Heartbeats,
     /// The budget of changes per device token ([`WRITES_PER_DEVICE`]).
@@ -53,15 +54,16 @@ pub struct ApiState {
 
 impl ApiState {
     /// What the handlers share: the client and caches, how callers are authenticated, the
-    /// listener's limits, the namespaces served (`None`: all) and the operator's own
-    /// ServiceAccount; edit locks and budgets start empty.
+    /// listener's limits, the namespaces served (`None`: all) and what pod security needs
+    /// (the operator's own ServiceAccount, the API server's version); edit locks and budgets
+    /// start empty.
     pub fn new(
         client: Client,
         caches: Caches,
         auth: Auth,
         server: ServerConfig,
         namespaces: Option<Vec<String>>,
-        own_account: Option<crate::variant::ServiceAccountRef>,
+        pod_security: crate::variant::PodSecurity,
     ) -> Self {
         ApiState {
             client,
@@ -72,7 +74,7 @@ impl ApiState {
             namespaces,
             misses: MissChecks::default(),
             validations: Validations::default(),
-            own_account,
+            pod_security,
             heartbeats: Heartbeats::default(),
             device_writes: Buckets::new(WRITES_PER_DEVICE),
             buffers: crate::http::Budget::new(server.buffer_bytes, server.buffer_share),

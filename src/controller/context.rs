@@ -10,7 +10,7 @@ use super::{announce, events};
 use crate::{
     cache::Caches,
     metrics::Metrics,
-    variant::{CachedSecret, ServiceAccountRef},
+    variant::{CachedSecret, PodSecurity},
 };
 
 /// How long a failed reconcile waits before it is retried.
@@ -39,6 +39,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether this replica is the leader: only the leader's reconciles act (R30).
     pub leader: watch::Receiver<bool>,
-    /// The operator's own ServiceAccount, when known: no Deployment it makes runs as it (R33).
-    pub own_account: Option<ServiceAccountRef>,
+    /// The operator's own ServiceAccount and the API server's version, when known: no
+    /// Deployment it makes runs as it, or breaks the baseline its namespace is held to (R33).
+    pub pod_security: PodSecurity,
 }

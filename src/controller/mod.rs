@@ -32,7 +32,7 @@ use crate::{
     lease,
     metrics::Metrics,
     shutdown::Shutdown,
-    variant::ServiceAccountRef,
+    variant::PodSecurity,
 };
 
 /// Reconciles of one kind in flight at once. kube-runtime's default is unbounded: a restart
@@ -95,7 +95,7 @@ where
         announced: announce::Announced::default(),
         metrics: metrics.clone(),
         leader,
-        own_account: who.own_account,
+        pod_security: who.pod_security,
     });
     let kind = K::KIND.kind();
     controller
@@ -211,8 +211,9 @@ fn error_policy<K: OwnerResource>(obj: Arc<K>, err: &Error, _ctx: Arc<Context>) 
 pub struct Identity {
     /// This replica's name (`POD_NAME`), in the Events it publishes.
     pub instance: Option<String>,
-    /// Its ServiceAccount (`POD_NAMESPACE`, `POD_SERVICE_ACCOUNT`), when known (R33).
-    pub own_account: Option<ServiceAccountRef>,
+    /// Its ServiceAccount (`POD_NAMESPACE`, `POD_SERVICE_ACCOUNT`) and the API server's
+    /// version, when known (R33).
+    pub pod_security: PodSecurity,
 }
 
 /// Builds both controllers over the caches and their feeds. Returns the future that runs them

@@ -184,8 +184,8 @@ async fn refused(ctx: &Context, owner: &Owner, planned: &[Planned]) -> Result<Op
         Planned::Apply { object, .. } => Some(object),
         _ => None,
     });
-    let own = ctx.own_account.as_ref();
-    Ok(submit::pod_security::refusal(&ctx.client, own, &owner.namespace, objects).await?)
+    let known = &ctx.pod_security;
+    Ok(submit::pod_security::refusal(&ctx.client, known, &owner.namespace, objects).await?)
 }
 
 /// Step 3: the cached Deployments this owner controls, through the owner index.

@@ -3,11 +3,12 @@
 //! the operator's own ServiceAccount.
 //!
 //! The controls are those of the Kubernetes Pod Security Standards (baseline), as the
-//! built-in PodSecurity admission checks them: host namespaces, privileged containers, added
-//! capabilities beyond the default set, hostPath volumes, host ports, `/proc` mount type,
-//! seccomp, AppArmor (fields and the older annotations), SELinux, sysctls outside the safe
-//! set, and Windows HostProcess. Every container list is checked alike: `initContainers`,
-//! `containers` and `ephemeralContainers`.
+//! built-in PodSecurity admission checks them at a version ([`Policy`]): host namespaces,
+//! privileged containers, added capabilities beyond the default set, hostPath volumes, host
+//! ports, `/proc` mount type, seccomp, AppArmor (fields and the older annotations), SELinux,
+//! sysctls outside the safe set, Windows HostProcess, and the `host` of probes and lifecycle
+//! hooks. What changed between versions is in `policy`. Every container list is checked
+//! alike: `initContainers`, `containers` and `ephemeralContainers`.
 //!
 //! The template is read as raw JSON, as it will be sent, so a field unknown to the compiled
 //! k8s-openapi version is still seen. A value of an unexpected JSON type counts as unset:
@@ -17,6 +18,8 @@
 use std::fmt;
 
 use serde_json::Value;
+
+use super::policy::Policy;
 
 /// The capabilities a container may add under baseline (the container runtimes' default set).
 pub const ALLOWED_CAPABILITIES: [&str; 13] = [
@@ -35,31 +38,23 @@ pub const ALLOWED_CAPABILITIES: [&str; 13] = [
     "SYS_CHROOT",
 ];
 
-/// The sysctls a pod may set under baseline: the ones Kubernetes counts as safe (namespaced,
-/// isolated between pods).
-pub const SAFE_SYSCTLS: [&str; 10] = [
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-];
-
-/// The SELinux types a pod or container may ask for under baseline.
-pub const SELINUX_TYPES: [&str; 4] = [
-    "container_t",
-    "container_init_t",
-    "container_kvm_t",
-    "container_engine_t",
-];
-
 /// The annotation prefix of the older, per-container AppArmor setting.
 const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The annotation of the pod's seccomp profile before v1.19.
+const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
+
+/// The annotation prefix of a container's seccomp profile before v1.19.
+const SECCOMP_ANNOTATION: &str = "container.seccomp.security.alpha.kubernetes.io/";
+
+/// The probes of a container, and its lifecycle hooks: where a `host` is checked.
+const PROBES: [&str; 5] = [
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle.postStart",
+    "lifecycle.preStop",
+];
 
 /// The container lists of a pod spec, each checked alike.
 const CONTAINER_LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
@@ -83,9 +78,9 @@ impl fmt::Display for Finding {
 }
 
 /// Every way the pod template `template` (a PodTemplateSpec as JSON, found at path `at`, e.g.
-/// `deployment.spec.template`) breaks the "baseline" level of the Pod Security Standards, in
-/// the order of the template. Empty for a template that meets it.
-pub fn baseline_findings(template: &Value, at: &str) -> Vec<Finding> {
+/// `deployment.spec.template`) breaks the "baseline" level of the Pod Security Standards as
+/// of `policy`, in the order of the template. Empty for a template that meets it.
+pub fn baseline_findings(template: &Value, at: &str, policy: Policy) -> Vec<Finding> {
     let mut out = Vec::new();
     let pod = template.get("spec").unwrap_or(&Value::Null);
     let spec = format!("{at}.spec");
@@ -96,16 +91,23 @@ pub fn baseline_findings(template: &Value, at: &str) -> Vec<Finding> {
     }
     if let Some(sc) = pod.get("securityContext") {
         let here = format!("{spec}.securityContext");
-        shared_controls(sc, &here, &mut out);
+        shared_controls(sc, &here, policy, &mut out);
         for (i, sysctl) in items(sc.get("sysctls")) {
             let name = sysctl.get("name").and_then(Value::as_str).unwrap_or("");
-            if !SAFE_SYSCTLS.contains(&name) {
-                out.push(Finding {
-                    field: format!("{here}.sysctls[{}]", key(sysctl, i)),
-                    problem: format!(
+            if !policy.allows_sysctl(name) {
+                let problem = match Policy::sysctl_safe_from(name) {
+                    Some(since) => format!(
+                        "{}, which baseline allows only from {since}",
+                        shown_str(name)
+                    ),
+                    None => format!(
                         "{}, not one of the safe sysctls baseline allows",
                         shown_str(name)
                     ),
+                };
+                out.push(Finding {
+                    field: format!("{here}.sysctls[{}]", key(sysctl, i)),
+                    problem,
                 });
             }
         }
@@ -118,11 +120,17 @@ pub fn baseline_findings(template: &Value, at: &str) -> Vec<Finding> {
             });
         }
     }
+    // A pod in a user namespace may set any procMount from v1.35.
+    let any_proc_mount = policy.relaxes_proc_mount_in_user_namespace()
+        && pod.get("hostUsers").and_then(Value::as_bool) == Some(false);
     for list in CONTAINER_LISTS {
         for (i, container) in items(pod.get(list)) {
             let here = format!("{spec}.{list}[{}]", key(container, i));
-            container_controls(container, &here, &mut out);
+            container_controls(container, &here, policy, any_proc_mount, &mut out);
         }
+    }
+    if policy.checks_seccomp_annotations() {
+        seccomp_annotations(template, at, &mut out);
     }
     let annotations = template.pointer("/metadata/annotations");
     for (name, value) in annotations.and_then(Value::as_object).into_iter().flatten() {
@@ -149,8 +157,15 @@ pub fn baseline_findings(template: &Value, at: &str) -> Vec<Finding> {
     out
 }
 
-/// The controls of one container's `securityContext` and `ports`, the container at `at`.
-fn container_controls(container: &Value, at: &str, out: &mut Vec<Finding>) {
+/// The controls of one container's `securityContext`, `ports`, probes and lifecycle hooks, the
+/// container at `at`; `any_proc_mount` when its pod may set any `procMount`.
+fn container_controls(
+    container: &Value,
+    at: &str,
+    policy: Policy,
+    any_proc_mount: bool,
+    out: &mut Vec<Finding>,
+) {
     for (i, port) in items(container.get("ports")) {
         if let Some(host_port) = port.get("hostPort").and_then(Value::as_i64)
             && host_port != 0
@@ -160,6 +175,9 @@ fn container_controls(container: &Value, at: &str, out: &mut Vec<Finding>) {
                 problem: format!("{host_port}; baseline allows 0 or unset"),
             });
         }
+    }
+    if policy.checks_probe_hosts() {
+        probe_hosts(container, at, out);
     }
     let Some(sc) = container.get("securityContext") else {
         return;
@@ -188,19 +206,74 @@ fn container_controls(container: &Value, at: &str, out: &mut Vec<Finding>) {
     }
     if let Some(mount) = sc.get("procMount").and_then(Value::as_str)
         && mount != "Default"
+        && !any_proc_mount
     {
         out.push(Finding {
             field: format!("{here}.procMount"),
             problem: format!("{}; baseline allows Default or unset", shown_str(mount)),
         });
     }
-    shared_controls(sc, &here, out);
+    shared_controls(sc, &here, policy, out);
 }
 
-/// The controls a pod's and a container's `securityContext` (`sc`, at `at`) share: seccomp,
-/// AppArmor, SELinux and Windows HostProcess.
-fn shared_controls(sc: &Value, at: &str, out: &mut Vec<Finding>) {
-    for profile in ["seccompProfile", "appArmorProfile"] {
+/// The `host` of each probe and lifecycle hook of the container at `at` (`httpGet.host`,
+/// `tcpSocket.host`), which baseline allows only empty from v1.34: the kubelet would connect
+/// to another host for the pod.
+fn probe_hosts(container: &Value, at: &str, out: &mut Vec<Finding>) {
+    for probe in PROBES {
+        let handler = container.pointer(&format!("/{}", probe.replace('.', "/")));
+        for action in ["httpGet", "tcpSocket"] {
+            let host = handler.and_then(|h| h.pointer(&format!("/{action}/host")));
+            if let Some(host) = host.and_then(Value::as_str)
+                && !host.is_empty()
+            {
+                out.push(Finding {
+                    field: format!("{at}.{probe}.{action}.host"),
+                    problem: format!(
+                        "{}; baseline allows it only empty or unset (from v1.34)",
+                        shown_str(host)
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// The seccomp annotations of the template at `at`, checked before v1.19: the pod's and those
+/// of its containers allow `runtime/default`, `docker/default` or `localhost/*`.
+fn seccomp_annotations(template: &Value, at: &str, out: &mut Vec<Finding>) {
+    let pod = template.get("spec").unwrap_or(&Value::Null);
+    let names = CONTAINER_LISTS.iter().flat_map(|list| {
+        items(pod.get(*list)).filter_map(|(_, c)| c.get("name").and_then(Value::as_str))
+    });
+    let keys = std::iter::once(SECCOMP_POD_ANNOTATION.to_owned())
+        .chain(names.map(|name| format!("{SECCOMP_ANNOTATION}{name}")));
+    let annotations = template.pointer("/metadata/annotations");
+    for key in keys {
+        let Some(value) = annotations.and_then(|a| a.get(&key)) else {
+            continue;
+        };
+        let profile = value.as_str().unwrap_or("");
+        if !matches!(profile, "runtime/default" | "docker/default")
+            && !profile.starts_with("localhost/")
+        {
+            out.push(Finding {
+                field: format!("{at}.metadata.annotations[{}]", shown(&key)),
+                problem: format!(
+                    "{}; baseline (before v1.19) allows runtime/default, docker/default or \
+                     localhost/*",
+                    shown_str(profile)
+                ),
+            });
+        }
+    }
+}
+
+/// The controls a pod's and a container's `securityContext` (`sc`, at `at`) share: seccomp
+/// (from v1.19), AppArmor, SELinux and Windows HostProcess.
+fn shared_controls(sc: &Value, at: &str, policy: Policy, out: &mut Vec<Finding>) {
+    let seccomp = policy.checks_seccomp_fields().then_some("seccompProfile");
+    for profile in seccomp.into_iter().chain(["appArmorProfile"]) {
         if let Some(kind) = sc
             .pointer(&format!("/{profile}/type"))
             .and_then(Value::as_str)
@@ -217,14 +290,14 @@ fn shared_controls(sc: &Value, at: &str, out: &mut Vec<Finding>) {
     }
     let selinux = sc.get("seLinuxOptions").unwrap_or(&Value::Null);
     if let Some(kind) = selinux.get("type").and_then(Value::as_str)
-        && !(kind.is_empty() || SELINUX_TYPES.contains(&kind))
+        && !policy.allows_selinux_type(kind)
     {
         out.push(Finding {
             field: format!("{at}.seLinuxOptions.type"),
             problem: format!(
                 "{}; baseline allows {} or unset",
                 shown_str(kind),
-                SELINUX_TYPES.join(", ")
+                policy.selinux_types().join(", ")
             ),
         });
     }

@@ -3,16 +3,24 @@
 //! (label `pod-security.kubernetes.io/enforce: privileged`), and one that runs as the
 //! operator's own ServiceAccount ([`own_account_finding`]), in any namespace.
 //!
-//! A [`Review`] collects the findings of the Deployments an owner would make. Only when it
-//! has baseline findings does the caller read the namespace's labels (a GET, never a watch or
-//! a cache); [`Review::refusal`] then gives the message of the refusal, naming the fields and
-//! saying how to opt in, or `None` when the Deployments may be made; [`hold_back`] turns the
-//! planned variants Invalid with it.
+//! Baseline is the one the namespace is held to (issue 35, item 9): at the version its
+//! `pod-security.kubernetes.io/enforce-version` label pins, else the API server's own, as
+//! Pod Security admission would evaluate it ([`Policy::enforced`]), so the operator never
+//! refuses what the API server would let the namespace run at baseline, and never makes what
+//! it would refuse there.
+//!
+//! A [`Review`] collects the findings of the Deployments an owner would make. The caller first
+//! reviews them under [`Policy::Strictest`]; only when that finds something does it read the
+//! namespace's labels (a GET, never a watch or a cache) and review them again under the
+//! namespace's policy; [`Review::refusal`] then gives the message of the refusal, naming the
+//! fields and saying how to opt in, or `None` when the Deployments may be made; [`hold_back`]
+//! turns the planned variants Invalid with it.
 
 use serde_json::Value;
 
 use super::baseline::{Finding, ServiceAccountRef, baseline_findings, own_account_finding};
 use super::build::Planned;
+use super::policy::{ENFORCE_VERSION_LABEL, Policy, Version};
 
 /// The namespace label by which Kubernetes' Pod Security admission is told what to enforce.
 pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
@@ -27,19 +35,50 @@ pub const BASE_NOT_ALLOWED: &str = "BaseNotAllowed";
 /// How many findings a message lists; it says how many more there are.
 const LISTED: usize = 5;
 
+/// What the operator knows, from its start, to decide on the Deployments it would make.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSecurity {
+    /// The operator's own ServiceAccount, when known: nothing it makes runs as it.
+    pub own_account: Option<ServiceAccountRef>,
+    /// The API server's version (`GET /version`, read once at start), when known: the policy
+    /// of a namespace that pins none, and the newest one that pins any.
+    pub server: Option<Version>,
+}
+
 /// What the operator learned of a namespace's opt-in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NamespaceLabel {
-    /// The namespace was read: the value of its [`ENFORCE_LABEL`], if any.
-    Read(Option<String>),
+    /// The namespace was read: the values of its [`ENFORCE_LABEL`] and
+    /// [`ENFORCE_VERSION_LABEL`], if any.
+    Read {
+        /// The level it enforces.
+        level: Option<String>,
+        /// The version of the standards it pins.
+        version: Option<String>,
+    },
     /// The namespace could not be read, for the reason given (the operator may not: a
-    /// namespace-scoped install without `get` on namespaces). It counts as not opted in.
+    /// namespace-scoped install without `get` on namespaces). It counts as not opted in,
+    /// pinning no version.
     Unreadable(String),
 }
 
+impl NamespaceLabel {
+    /// The policy Pod Security admission holds the namespace to, on an API server of version
+    /// `server`.
+    pub fn policy(&self, server: Option<Version>) -> Policy {
+        let pinned = match self {
+            NamespaceLabel::Read { version, .. } => version.as_deref(),
+            NamespaceLabel::Unreadable(_) => None,
+        };
+        Policy::enforced(pinned, server)
+    }
+}
+
 /// The findings of the Deployments an owner would make in one namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Review {
+    /// The policy they were checked against.
+    pub policy: Policy,
     /// Every way their pod templates break baseline, without repeats.
     pub baseline: Vec<Finding>,
     /// Where a pod template would run as the operator's own ServiceAccount.
@@ -48,19 +87,24 @@ pub struct Review {
 
 impl Review {
     /// Reviews `deployments` (each a Deployment as JSON, its pod template at
-    /// `spec.template`), to be made in `namespace`; `own` is the operator's ServiceAccount,
-    /// when known. Findings repeated across the Deployments (every variant shares the base's
-    /// template) are listed once.
+    /// `spec.template`), to be made in `namespace`, against baseline as of `policy`; `own` is
+    /// the operator's ServiceAccount, when known. Findings repeated across the Deployments
+    /// (every variant shares the base's template) are listed once.
     pub fn of<'a>(
         deployments: impl IntoIterator<Item = &'a Value>,
         namespace: &str,
         own: Option<&ServiceAccountRef>,
+        policy: Policy,
     ) -> Review {
         const AT: &str = "deployment.spec.template";
-        let mut review = Review::default();
+        let mut review = Review {
+            policy,
+            baseline: Vec::new(),
+            own_account: None,
+        };
         for deployment in deployments {
             let template = deployment.pointer("/spec/template").unwrap_or(&Value::Null);
-            for finding in baseline_findings(template, AT) {
+            for finding in baseline_findings(template, AT, policy) {
                 if !review.baseline.contains(&finding) {
                     review.baseline.push(finding);
                 }
@@ -74,7 +118,8 @@ impl Review {
     }
 
     /// Whether the namespace's labels decide: there are baseline findings, and nothing that is
-    /// refused whatever the labels say.
+    /// refused whatever the labels say. Asked of a review under [`Policy::Strictest`], whose
+    /// findings include those of every version.
     pub fn needs_namespace(&self) -> bool {
         self.own_account.is_none() && !self.baseline.is_empty()
     }
@@ -91,11 +136,13 @@ impl Review {
             return None;
         }
         let state = match label {
-            Some(NamespaceLabel::Read(Some(level))) if level == PRIVILEGED => return None,
-            Some(NamespaceLabel::Read(Some(level))) => {
-                format!("namespace {namespace:?} is labelled {ENFORCE_LABEL}={level:?}")
-            }
-            Some(NamespaceLabel::Read(None)) | None => {
+            Some(NamespaceLabel::Read {
+                level: Some(level), ..
+            }) if level == PRIVILEGED => return None,
+            Some(NamespaceLabel::Read {
+                level: Some(level), ..
+            }) => format!("namespace {namespace:?} is labelled {ENFORCE_LABEL}={level:?}"),
+            Some(NamespaceLabel::Read { level: None, .. }) | None => {
                 format!("namespace {namespace:?} has no {ENFORCE_LABEL} label")
             }
             Some(NamespaceLabel::Unreadable(why)) => format!(
@@ -112,9 +159,17 @@ impl Review {
         if self.baseline.len() > LISTED {
             listed.push(format!("and {} more", self.baseline.len() - LISTED));
         }
+        let pinned = match label {
+            Some(NamespaceLabel::Read {
+                version: Some(version),
+                ..
+            }) => format!(" ({ENFORCE_VERSION_LABEL}={version:?})"),
+            _ => String::new(),
+        };
         Some(format!(
-            "the pod template breaks Pod Security \"baseline\": {}; the operator makes such a \
-             Deployment only in a namespace labelled {ENFORCE_LABEL}={PRIVILEGED}, and {state}",
+            "the pod template breaks Pod Security \"{}\"{pinned}: {}; the operator makes such \
+             a Deployment only in a namespace labelled {ENFORCE_LABEL}={PRIVILEGED}, and {state}",
+            self.policy,
             listed.join("; ")
         ))
     }

@@ -9,6 +9,7 @@ use crate::crd::{OwnerKind, fixtures::variant};
 
 mod access;
 mod baseline;
+mod baseline_versions;
 mod build;
 mod converge;
 mod devices;

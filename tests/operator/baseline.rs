@@ -7,7 +7,10 @@
 //!
 //! The test control plane runs the PodSecurity admission plugin with its default (privileged)
 //! level, so the API server itself accepts these Deployments and their pods everywhere: what
-//! is refused here is refused by the operator.
+//! is refused here is refused by the operator. The last test labels its namespace to enforce
+//! baseline, where the server refuses such pods too, and checks the operator agrees with it
+//! at the version the namespace pins (issue 35, item 9; `baseline_server.rs` compares the
+//! two pod for pod).
 
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::json;
@@ -246,4 +249,85 @@ async fn the_operators_own_service_account_is_refused_even_when_privileged() {
         .await;
     reply.assert_refused(400, &["spec.template.spec.serviceAccountName"]);
     assert!(f.mutations().get_opt("n").await.unwrap().is_none());
+}
+
+/// Labels the fixture's namespace `pod-security.kubernetes.io/enforce: baseline`, at `version`.
+async fn enforce_baseline(f: &Fixture, version: &str) {
+    let namespaces: Api<Namespace> = Api::all(f.ns.client.clone());
+    let labels = json!({ "metadata": { "labels": {
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/enforce-version": version } } });
+    namespaces
+        .patch(&f.ns.name, &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .unwrap();
+}
+
+/// `base(name)` whose container's readiness probe connects to another host.
+fn probing_another_host(name: &str) -> Value {
+    let mut b = base(name);
+    b["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] =
+        json!({ "httpGet": { "host": "10.0.0.1", "port": 8080 } });
+    b
+}
+
+/// Where the probe host of `probing_another_host` is.
+const PROBE_HOST_FIELD: &str = "spec.template.spec.containers[app].readinessProbe.httpGet.host";
+
+/// R33, issue 35 item 9: the operator holds a base to the baseline its namespace enforces, at
+/// the version the namespace pins or else the API server's (1.34 here), as the API server
+/// does for the pods. In a namespace enforcing baseline at `latest`, a Mutation whose base
+/// sets sysctls net.ipv4.tcp_rmem and tcp_wmem (safe since 1.32) is created through the API
+/// and its Deployment's pods run; a MutantDeployment whose base's readiness probe names a
+/// host (refused from 1.34) has every variant Invalid naming the field and nothing made, and
+/// such a Mutation is 400 through the API. Once the namespace pins v1.33, where probe hosts
+/// are allowed, the same Mutation is created and its pods run.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn baseline_follows_the_version_the_namespace_enforces() {
+    let f = Fixture::with_api("pss-version").await;
+    enforce_baseline(&f, "latest").await;
+    wait_api(f.operator.api_port, &f.ns.name).await;
+
+    let mut tuned = base("tuned");
+    tuned["spec"]["template"]["spec"]["securityContext"] = json!({ "sysctls": [
+        { "name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456" },
+        { "name": "net.ipv4.tcp_wmem", "value": "4096 16384 4194304" }] });
+    let create = json!({ "name": "tuned", "deployment": tuned,
+                         "variants": [{ "label": "a", "instances": 1 }] });
+    let reply = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+    f.wait_deployment("tuned-a", "ready", |d| ready(d, 1)).await;
+
+    let one = json!([{ "label": "x", "instances": 1 }]);
+    f.apply::<MutantDeployment>(&mutant_deployment(
+        "md",
+        probing_another_host("probed"),
+        one,
+    ))
+    .await;
+    let status = f
+        .wait_status::<MutantDeployment>("md", "x refused", |s| all_refused(s, 1, PROBE_HOST_FIELD))
+        .await;
+    let message = status.variants[0].message.clone().unwrap_or_default();
+    assert!(message.contains("\"baseline:v1.34\""), "{message}");
+    assert!(f.deployments().get_opt("probed-x").await.unwrap().is_none());
+    let create = json!({ "name": "probed", "deployment": probing_another_host("web"),
+                         "variants": [{ "label": "b", "instances": 1 }] });
+    let reply = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    reply.assert_refused(400, &[PROBE_HOST_FIELD, "(from v1.34)"]);
+    assert!(f.mutations().get_opt("probed").await.unwrap().is_none());
+
+    // Pinned to v1.33, a probe's host is baseline: the operator makes it and the server
+    // admits its pods.
+    enforce_baseline(&f, "v1.33").await;
+    let reply = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(reply.status, 201, "{reply:?}");
+    f.wait_deployment("web-b", "ready", |d| ready(d, 1)).await;
 }

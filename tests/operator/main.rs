@@ -22,6 +22,7 @@ mod api_load;
 mod api_walkthrough;
 mod audit;
 mod baseline;
+mod baseline_server;
 mod conflicts;
 mod connect;
 mod connections;

@@ -7,6 +7,9 @@ use super::*;
 
 const AT: &str = "deployment.spec.template";
 
+/// The policy of the test cluster's API server (1.34), which these tests were checked against.
+const V1_34: Policy = Policy::At(Version(34));
+
 /// A pod template with one container `app`, `pod` merged into its spec and `container` into
 /// the container.
 fn template(pod: Value, container: Value) -> Value {
@@ -25,7 +28,7 @@ fn merge(into: &mut Value, from: Value) {
 
 /// The fields of the findings of `t`.
 fn fields(t: &Value) -> Vec<String> {
-    baseline_findings(t, AT)
+    baseline_findings(t, AT, V1_34)
         .into_iter()
         .map(|f| f.field)
         .collect()
@@ -33,7 +36,7 @@ fn fields(t: &Value) -> Vec<String> {
 
 /// The one finding of `t`.
 fn only(t: &Value) -> Finding {
-    let mut found = baseline_findings(t, AT);
+    let mut found = baseline_findings(t, AT, V1_34);
     assert_eq!(found.len(), 1, "{found:?}");
     found.remove(0)
 }
@@ -53,7 +56,7 @@ fn a_plain_template_meets_baseline() {
                 "seccompProfile": { "type": "RuntimeDefault" },
                 "appArmorProfile": { "type": "Localhost", "localhostProfile": "k8s-app" },
                 "seLinuxOptions": { "type": "container_t", "level": "s0:c123,c456" },
-                "sysctls": SAFE_SYSCTLS.iter().map(|s| json!({ "name": s, "value": "1" }))
+                "sysctls": SAFE_SYSCTLS.iter().map(|(s, _)| json!({ "name": s, "value": "1" }))
                     .collect::<Vec<_>>(),
                 "windowsOptions": { "hostProcess": false }
             },
@@ -327,7 +330,7 @@ fn odd_names_and_values_are_shown_short_and_escaped() {
         json!({ "volumes": [{ "name": "a\nb", "hostPath": { "path": "/" } }] }),
         json!({ "securityContext": { "procMount": long, "capabilities": { "add": ["\"; rm"] } } }),
     );
-    let found = baseline_findings(&t, AT);
+    let found = baseline_findings(&t, AT, V1_34);
     let text: Vec<String> = found.iter().map(Finding::to_string).collect();
     // A name that is not plain is replaced by its index; values are cut and quoted.
     assert_eq!(found[0].field, format!("{AT}.spec.volumes[0].hostPath"));

@@ -38,6 +38,14 @@ fn own() -> ServiceAccountRef {
     }
 }
 
+/// A namespace read with `level` and `version` as its Pod Security labels.
+fn read(level: Option<&str>, version: Option<&str>) -> NamespaceLabel {
+    NamespaceLabel::Read {
+        level: level.map(str::to_owned),
+        version: version.map(str::to_owned),
+    }
+}
+
 /// The review of the Deployments of `variants` of `base`, in the fixture owner's namespace.
 fn review(base: &Base, variants: &[crate::crd::Variant]) -> Review {
     let planned = plan(base, &owner(), variants);
@@ -45,13 +53,13 @@ fn review(base: &Base, variants: &[crate::crd::Variant]) -> Review {
         Planned::Apply { object, .. } => Some(object),
         _ => None,
     });
-    Review::of(objects, "team", Some(&own()))
+    Review::of(objects, "team", Some(&own()), Policy::At(Version(34)))
 }
 
 #[test]
 fn a_clean_base_needs_no_namespace_and_is_allowed() {
     let r = review(&base(), &[variant("a", &[], 1), variant("b", &[], 1)]);
-    assert_eq!(r, Review::default());
+    assert_eq!((r.baseline.len(), r.own_account.as_ref()), (0, None));
     assert!(!r.needs_namespace());
     assert_eq!(r.refusal("team", None), None);
 }
@@ -76,15 +84,15 @@ fn findings_shared_by_every_variant_are_listed_once() {
 #[test]
 fn baseline_findings_are_refused_unless_the_namespace_is_labelled_privileged() {
     let r = review(&privileged_base(), &[variant("a", &[], 1)]);
-    let privileged = NamespaceLabel::Read(Some(PRIVILEGED.to_owned()));
+    let privileged = read(Some(PRIVILEGED), None);
     assert_eq!(r.refusal("team", Some(&privileged)), None);
     for (label, says) in [
         (
-            NamespaceLabel::Read(None),
+            read(None, None),
             "namespace \"team\" has no pod-security.kubernetes.io/enforce label",
         ),
         (
-            NamespaceLabel::Read(Some("baseline".into())),
+            read(Some("baseline"), None),
             "namespace \"team\" is labelled pod-security.kubernetes.io/enforce=\"baseline\"",
         ),
         (
@@ -96,7 +104,7 @@ fn baseline_findings_are_refused_unless_the_namespace_is_labelled_privileged() {
         let message = r.refusal("team", Some(&label)).unwrap_or_default();
         assert!(
             message.starts_with(
-                "the pod template breaks Pod Security \"baseline\": \
+                "the pod template breaks Pod Security \"baseline:v1.34\": \
                  deployment.spec.template.spec.hostPID: true; baseline allows false or unset; \
                  deployment.spec.template.spec.volumes[root].hostPath: a hostPath volume"
             ),
@@ -132,7 +140,7 @@ fn the_operators_own_account_is_refused_even_in_a_privileged_namespace() {
     let named = base_with(json!({ "serviceAccountName": "mutantops", "hostIPC": true }));
     let r = review(&named, &[variant("a", &[], 1)]);
     assert!(!r.needs_namespace(), "no label changes the answer");
-    let privileged = NamespaceLabel::Read(Some(PRIVILEGED.to_owned()));
+    let privileged = read(Some(PRIVILEGED), None);
     let message = r.refusal("team", Some(&privileged)).unwrap_or_default();
     assert!(
         message.starts_with(
@@ -144,7 +152,8 @@ fn the_operators_own_account_is_refused_even_in_a_privileged_namespace() {
     assert!(message.ends_with("refused in every namespace"), "{message}");
     // Unknown (outside a cluster): not checked.
     let objects = [build(&named, &owner(), &variant("a", &[], 1))];
-    assert_eq!(Review::of(&objects, "team", None).own_account, None);
+    let policy = Policy::At(Version(34));
+    assert_eq!(Review::of(&objects, "team", None, policy).own_account, None);
 }
 
 #[test]
