@@ -32,8 +32,8 @@ pub use packed::PackedJson;
 pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use print::{crd_files, crds_yaml, print_crds};
 pub use service::{
-    MAX_SERVICE_PORTS, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantService,
-    VariantServicePort,
+    IpFamily, IpFamilyPolicy, MAX_CIDR, MAX_SERVICE_PORTS, MAX_SOURCE_RANGES, ServicePortSpec,
+    ServiceProtocol, ServiceSpec, ServiceType, TrafficPolicy, VariantService, VariantServicePort,
 };
 pub use spec::{
     Condition, MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerStatus,

@@ -28,6 +28,7 @@ use std::{
 };
 
 use k8s_openapi::api::{
+    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
     apps::v1::Deployment,
     core::v1::Pod,
     rbac::v1::{ClusterRole, ClusterRoleBinding},
@@ -303,10 +304,15 @@ fn releases_get_names_of_their_own() {
             match doc["metadata"]["namespace"].as_str() {
                 Some(ns) => assert_eq!(ns, namespace, "{kind} {name}"),
                 None => {
-                    // The operator's ClusterRole and binding, and the roles aggregated into
-                    // the built-in edit, admin and view (R33).
+                    // The operator's ClusterRole and binding, the roles aggregated into the
+                    // built-in edit, admin and view (R33), and the policy on its Service
+                    // writes and its binding (issue 35, item 10).
+                    let policy = [format!("{fullname}-services")];
                     let allowed = match kind.as_str() {
                         "ClusterRole" => &aggregated[..],
+                        "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
+                            &policy[..]
+                        }
                         _ => &aggregated[..1],
                     };
                     assert!(allowed.contains(&name), "{kind} {name}");
@@ -336,6 +342,17 @@ fn releases_get_names_of_their_own() {
             assert_eq!(b["subjects"][0]["namespace"], namespace);
         }
         find(&docs, "ServiceAccount", fullname);
+        // The policy holds this release's ServiceAccount, and its binding names it.
+        let policy = format!("{fullname}-services");
+        let user = format!("'system:serviceaccount:{namespace}:{fullname}'");
+        let condition = &find(&docs, "ValidatingAdmissionPolicy", &policy)["spec"]["matchConditions"]
+            [0]["expression"];
+        assert!(
+            condition.as_str().unwrap().ends_with(&user),
+            "{condition:?}"
+        );
+        let binding = find(&docs, "ValidatingAdmissionPolicyBinding", &policy);
+        assert_eq!(binding["spec"]["policyName"], policy.as_str());
         find(&docs, "Service", &format!("{fullname}-api"));
         let deployment = find(&docs, "Deployment", &format!("{fullname}-operator"));
         let pod = &deployment["spec"]["template"]["spec"];
@@ -346,7 +363,8 @@ fn releases_get_names_of_their_own() {
 /// The rendered chart, applied to the real control plane in a namespace of the test's own
 /// under a release name of its own: the API server accepts every object, the Deployment's pods
 /// are made (with the chart's ServiceAccount) and become Ready on the kwok node, and the
-/// ServiceAccount may do what the ClusterRole and the Role grant, and not more. What it made
+/// ServiceAccount may do what the ClusterRole and the Role grant, and not more, its Service
+/// writes held by the release's policy to Services labelled as a variant's. What it made
 /// outside the namespace is deleted when it ends, however it ends.
 #[tokio::test]
 #[ignore = "needs a cluster and scripts/helm: scripts/test runs it"]
@@ -367,6 +385,8 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         format!("ClusterRole/{fullname}-edit"),
         format!("ClusterRole/{fullname}-view"),
         format!("ClusterRoleBinding/{fullname}"),
+        format!("ValidatingAdmissionPolicy/{fullname}-services"),
+        format!("ValidatingAdmissionPolicyBinding/{fullname}-services"),
     ];
     assert_eq!(cluster_scoped, expected);
     let absent = |object: &str| {
@@ -381,6 +401,11 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     let binding = common::RemoveOnDrop::<ClusterRoleBinding>::new(&fullname);
     let aggregated = ["edit", "view"]
         .map(|suffix| common::RemoveOnDrop::<ClusterRole>::new(&format!("{fullname}-{suffix}")));
+    let policy = format!("{fullname}-services");
+    let policies = (
+        common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new(&policy),
+        common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new(&policy),
+    );
 
     let input: String = docs
         .iter()
@@ -452,8 +477,40 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         assert_eq!(can(denied), "no", "{account} must not: {denied}");
     }
 
+    // Issue 35, item 10: the release's policy holds its ServiceAccount to the Services it
+    // labels; the cluster admin running the test is not held to it.
+    let as_account = format!("-n {} --as {account}", ns.name);
+    let refused = |out: &std::process::Output| {
+        !out.status.success()
+            && text(out).contains(&format!("ValidatingAdmissionPolicy '{policy}'"))
+    };
+    common::wait_for("the policy in force", Duration::from_secs(30), || async {
+        let out = kubectl(
+            &format!("create service clusterip plain --tcp=80 {as_account}"),
+            "",
+        );
+        if refused(&out) {
+            Ok(())
+        } else {
+            Err(text(&out))
+        }
+    })
+    .await;
+    let labelled = "apiVersion: v1\nkind: Service\nmetadata:\n  name: ours\n  labels:\n    \
+         mutantops.neiam.org/kind: mutation\n    mutantops.neiam.org/owner: m\n    \
+         mutantops.neiam.org/variant: a\nspec:\n  ports: [{port: 80}]\n";
+    let out = kubectl(&format!("create -f - {as_account}"), labelled);
+    assert!(out.status.success(), "a labelled Service: {}", text(&out));
+    let out = kubectl(
+        &format!("create service clusterip plain --tcp=80 -n {}", ns.name),
+        "",
+    );
+    assert!(out.status.success(), "as the admin: {}", text(&out));
+    let out = kubectl(&format!("delete service plain {as_account}"), "");
+    assert!(refused(&out), "{}", text(&out));
+
     // Gone again: the cluster-scoped objects now, the namespace (and all in it) after.
-    drop((binding, role, aggregated));
+    drop((binding, role, aggregated, policies));
     for object in &cluster_scoped {
         assert!(absent(object), "{object} is still there");
     }

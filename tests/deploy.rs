@@ -1,5 +1,7 @@
 //! deploy/: the single-file bundle k3s can auto-deploy is exactly the generated CRDs plus
-//! operator.yml (R28), and the kustomization names every file.
+//! operator.yml (R28), and the kustomization names every file; the policy on the operator's
+//! Service writes names its ServiceAccount, and README's "Security model" lists every right
+//! that account holds (issue 35, item 10).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -110,6 +112,33 @@ fn operator_manifest_hardening() {
         find("Namespace")["metadata"]["name"].as_str(),
         Some("mutants")
     );
+    // Issue 35, item 10: the policy on Service writes holds this manifest's ServiceAccount,
+    // for every write of a Service, and its binding denies.
+    let account = &find("ServiceAccount")["metadata"];
+    let user = format!(
+        "request.userInfo.username == 'system:serviceaccount:{}:{}'",
+        account["namespace"].as_str().unwrap(),
+        account["name"].as_str().unwrap()
+    );
+    let policy = find("ValidatingAdmissionPolicy");
+    let spec = &policy["spec"];
+    assert_eq!(
+        spec["matchConditions"][0]["expression"].as_str(),
+        Some(user.as_str())
+    );
+    assert_eq!(spec["failurePolicy"], "Fail");
+    let rule = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["resources"][0], "services");
+    let operations: Vec<&str> = rule["operations"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert_eq!(operations, ["CREATE", "UPDATE", "DELETE"]);
+    let binding = &find("ValidatingAdmissionPolicyBinding")["spec"];
+    assert_eq!(binding["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["validationActions"][0], "Deny");
 }
 
 #[test]
@@ -129,6 +158,68 @@ fn the_kustomization_names_every_manifest() {
         .collect();
     expected.push("operator.yml".into());
     assert_eq!(resources, expected);
+}
+
+/// Issue 35, item 10: README's "Security model" lists every rule deploy/ grants the operator's
+/// ServiceAccount (ClusterRole mutantops, Role mutantops-leader-election), resources and
+/// verbs, and nothing it does not grant.
+#[test]
+fn the_readme_lists_every_right_of_the_service_account() {
+    use std::collections::BTreeSet;
+    type Rule = (BTreeSet<String>, BTreeSet<String>);
+    let words = |v: &serde_yaml::Value| -> BTreeSet<String> {
+        v.as_sequence()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut granted: Vec<Rule> = serde_yaml::Deserializer::from_str(&deploy("operator.yml"))
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        .filter(|d| {
+            let name = d["metadata"]["name"].as_str();
+            (d["kind"] == "ClusterRole" && name == Some("mutantops"))
+                || (d["kind"] == "Role" && name == Some("mutantops-leader-election"))
+        })
+        .flat_map(|d| d["rules"].as_sequence().unwrap().clone())
+        .map(|rule| (words(&rule["resources"]), words(&rule["verbs"])))
+        .collect();
+    assert_eq!(granted.len(), 8, "{granted:?}");
+
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = &readme[readme.find("**The operator's ServiceAccount**").unwrap()..];
+    let mut listed: Vec<Rule> = Vec::new();
+    let rows = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| where"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'));
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // The resources are the cell's `quoted` words outside parentheses (the API group).
+        let mut resources = BTreeSet::new();
+        let mut depth = 0;
+        for (i, part) in cells[2].split('`').enumerate() {
+            depth += part.matches('(').count();
+            depth -= part.matches(')').count();
+            if i % 2 == 1 && depth == 0 {
+                resources.insert(part.to_owned());
+            }
+        }
+        if resources.iter().any(|r| r == "/status") {
+            let previous = &listed.last().unwrap().0;
+            resources = previous.iter().map(|r| format!("{r}/status")).collect();
+        }
+        let verbs = cells[3].split(", ").map(str::to_owned).collect();
+        listed.push((resources, verbs));
+    }
+    granted.sort();
+    listed.sort();
+    assert_eq!(
+        listed, granted,
+        "README's \"The operator's ServiceAccount\" table and deploy/operator.yml's rules differ"
+    );
 }
 
 use serde::Deserialize as _;

@@ -8,9 +8,9 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{
-    ContainerOverride, DeviceAccess, DevicesSpec, EmbeddedJson, Enrollment, Mutation,
-    ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, StrMap, Toleration, Variant,
-    VariantStatus,
+    ContainerOverride, DeviceAccess, DevicesSpec, EmbeddedJson, Enrollment, IpFamily,
+    IpFamilyPolicy, Mutation, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, StrMap,
+    Toleration, TrafficPolicy, Variant, VariantStatus,
 };
 
 use super::placement::{ContainerRequest, TolerationRequest};
@@ -125,6 +125,18 @@ pub struct ServiceRequest {
     /// [`ServiceSpec::ports`].
     #[serde(default)]
     pub ports: Vec<ServicePortRequest>,
+    /// [`ServiceSpec::load_balancer_source_ranges`].
+    #[serde(default, rename = "loadBalancerSourceRanges")]
+    pub load_balancer_source_ranges: Vec<String>,
+    /// [`ServiceSpec::external_traffic_policy`].
+    #[serde(default, rename = "externalTrafficPolicy")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
+    /// [`ServiceSpec::ip_families`].
+    #[serde(default, rename = "ipFamilies")]
+    pub ip_families: Vec<IpFamily>,
+    /// [`ServiceSpec::ip_family_policy`].
+    #[serde(default, rename = "ipFamilyPolicy")]
+    pub ip_family_policy: Option<IpFamilyPolicy>,
 }
 
 /// [`ServicePortSpec`], refusing unknown fields.
@@ -166,6 +178,10 @@ impl From<ServiceRequest> for ServiceSpec {
                     app_protocol: p.app_protocol,
                 })
                 .collect(),
+            load_balancer_source_ranges: r.load_balancer_source_ranges,
+            external_traffic_policy: r.external_traffic_policy,
+            ip_families: r.ip_families,
+            ip_family_policy: r.ip_family_policy,
         }
     }
 }

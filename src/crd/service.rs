@@ -13,6 +13,13 @@ use serde::{Deserialize, Serialize};
 /// Most ports a variant's Service may declare (`maxItems` in the schema).
 pub const MAX_SERVICE_PORTS: usize = 32;
 
+/// Most client ranges a LoadBalancer Service may admit (`maxItems` of
+/// `loadBalancerSourceRanges`).
+pub const MAX_SOURCE_RANGES: usize = 32;
+
+/// Longest CIDR: a written-out IPv6 address (39 characters) and `/128`.
+pub const MAX_CIDR: usize = 43;
+
 /// How a variant's Service is reached, as Kubernetes names the Service types.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ServiceType {
@@ -55,6 +62,74 @@ impl ServiceProtocol {
             ServiceProtocol::TCP => "TCP",
             ServiceProtocol::UDP => "UDP",
             ServiceProtocol::SCTP => "SCTP",
+        }
+    }
+}
+
+/// NodePort and LoadBalancer only: where traffic from outside the cluster goes, as Kubernetes'
+/// `externalTrafficPolicy`. Cluster (Kubernetes' default): any node forwards it to any of the
+/// variant's pods, hiding the client's address. Local: a node forwards it only to the
+/// variant's pods on that node, keeping the client's address (which loadBalancerSourceRanges
+/// and the pods then see).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum TrafficPolicy {
+    /// To any ready pod of the variant, on any node; the client's address is hidden behind the
+    /// node's (Kubernetes' default).
+    Cluster,
+    /// Only to the variant's pods on the node the traffic arrived at, keeping the client's
+    /// address; a node without one drops it.
+    Local,
+}
+
+impl TrafficPolicy {
+    /// The policy as Kubernetes writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrafficPolicy::Cluster => "Cluster",
+            TrafficPolicy::Local => "Local",
+        }
+    }
+}
+
+/// An IP family of a Service's addresses, as Kubernetes' `ipFamilies` entries.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum IpFamily {
+    /// IPv4.
+    IPv4,
+    /// IPv6.
+    IPv6,
+}
+
+impl IpFamily {
+    /// The family as Kubernetes writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::IPv4 => "IPv4",
+            IpFamily::IPv6 => "IPv6",
+        }
+    }
+}
+
+/// How many IP families the Service gets, as Kubernetes' `ipFamilyPolicy`: SingleStack,
+/// PreferDualStack or RequireDualStack (refused by a single-stack cluster). Left out,
+/// SingleStack, or RequireDualStack when two ipFamilies are given.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum IpFamilyPolicy {
+    /// One family (the cluster's first, or `ipFamilies[0]`).
+    SingleStack,
+    /// Both families where the cluster has both, one otherwise.
+    PreferDualStack,
+    /// Both families; refused by a single-stack cluster.
+    RequireDualStack,
+}
+
+impl IpFamilyPolicy {
+    /// The policy as Kubernetes writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamilyPolicy::SingleStack => "SingleStack",
+            IpFamilyPolicy::PreferDualStack => "PreferDualStack",
+            IpFamilyPolicy::RequireDualStack => "RequireDualStack",
         }
     }
 }
@@ -108,6 +183,49 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))] // MAX_SERVICE_PORTS
     pub ports: Vec<ServicePortSpec>,
+
+    /// LoadBalancer only: the client address ranges (CIDRs such as `192.168.1.0/24` or
+    /// `fd00::/64`, at most 32) the load balancer admits; left out, any address. The load
+    /// balancer enforces it (k3s' ServiceLB does, and kube-proxy for the load balancer's
+    /// address), for that address only: the Service's node ports stay open to whoever reaches
+    /// a node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "source_ranges")]
+    pub load_balancer_source_ranges: Vec<String>,
+
+    /// NodePort and LoadBalancer only: Cluster or Local ([`TrafficPolicy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
+
+    /// The IP families of the Service's addresses, at most two (IPv4, IPv6), the first being
+    /// the cluster IP's; left out, the cluster's default. A family the cluster does not have
+    /// is refused by the API server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub ip_families: Vec<IpFamily>,
+
+    /// SingleStack, PreferDualStack or RequireDualStack ([`IpFamilyPolicy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_family_policy: Option<IpFamilyPolicy>,
+}
+
+/// Schema of `loadBalancerSourceRanges`: at most [`MAX_SOURCE_RANGES`] CIDRs of at most
+/// [`MAX_CIDR`] characters each, checked by the API server with Kubernetes' CEL `isCIDR`
+/// (available since 1.31), so `kubectl apply` of a bad one is refused naming the entry.
+fn source_ranges(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": MAX_SOURCE_RANGES,
+        "items": {
+            "type": "string",
+            "maxLength": MAX_CIDR,
+            "x-kubernetes-validations": [{
+                "rule": "isCIDR(self)",
+                "message": "must be a CIDR, an address and a prefix length such as \
+                            192.168.1.0/24 or fd00::/64"
+            }]
+        }
+    })
 }
 
 /// Schema of a field that is a number or a string, as Kubernetes' IntOrString.

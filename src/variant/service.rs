@@ -24,6 +24,7 @@ use crate::crd::{
 };
 
 mod observed;
+mod reach;
 
 pub use observed::{ObservedService, PortView, ServiceView};
 
@@ -56,7 +57,10 @@ fn is_port_name(s: &str) -> bool {
 /// [`MAX_SERVICE_PORTS`] ports; each port and node port in 1-65535, a target port a number in
 /// 1-65535 or a container port's name; port names DNS-1123 labels, required when there are
 /// several and unique; no two ports with the same number and protocol; node ports only for
-/// NodePort and LoadBalancer. All problems are reported, joined with `"; "`.
+/// NodePort and LoadBalancer; and who may reach it ([`reach::check_reach`]: source ranges
+/// CIDRs, and only for LoadBalancer; an external traffic policy only for NodePort and
+/// LoadBalancer; at most two distinct IP families). All problems are reported, joined with
+/// `"; "`.
 pub fn validate_service(spec: &ServiceSpec) -> Result<(), String> {
     let mut problems = Vec::new();
     if spec.ports.len() > MAX_SERVICE_PORTS {
@@ -113,6 +117,7 @@ pub fn validate_service(spec: &ServiceSpec) -> Result<(), String> {
             ));
         }
     }
+    reach::check_reach(spec, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -212,7 +217,9 @@ pub fn service_ports(base: &Base, spec: &ServiceSpec) -> Result<Vec<Value>, Stri
 /// Builds the Service of variant `label` (R36), the whole object to server-side-apply: name
 /// `<base name>-<label>` in the owner's namespace, the base's labels and the three mutantops
 /// labels, [`HASH_ANNOTATION`], the controller ownerReference; `spec.type` from `spec`, the
-/// ports of [`service_ports`], and a selector of the variant's three labels. Fails, saying why,
+/// ports of [`service_ports`], a selector of the variant's three labels, and the owner's
+/// `loadBalancerSourceRanges`, `externalTrafficPolicy`, `ipFamilies` and `ipFamilyPolicy` when
+/// it gives them. Fails, saying why,
 /// when the name is no DNS-1035 label (a Service name must start with a letter and cannot hold
 /// a dot) or the ports cannot be made.
 pub fn build_service(
@@ -241,6 +248,11 @@ pub fn build_service(
         labels.insert(k.to_owned(), v.into());
         selector.insert(k.to_owned(), v.into());
     }
+    let mut service = Map::new();
+    service.insert("type".into(), spec.type_.as_str().into());
+    service.insert("selector".into(), selector.into());
+    service.insert("ports".into(), ports.into());
+    reach::reach_fields(spec, &mut service);
     let mut object = json!({
         "apiVersion": "v1",
         "kind": "Service",
@@ -250,11 +262,7 @@ pub fn build_service(
             "labels": labels,
             "ownerReferences": owner.owner_references_json(),
         },
-        "spec": {
-            "type": spec.type_.as_str(),
-            "selector": selector,
-            "ports": ports,
-        },
+        "spec": service,
     });
     let hash = format!("{:016x}", fnv1a64(object.to_string().as_bytes()));
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {

@@ -1,11 +1,18 @@
 //! R28, R27: deploy/ under real RBAC. The bundle passes a server-side dry run and applies; the
 //! operator then runs with the credentials of the ServiceAccount from deploy/operator.yml
-//! (a token from the TokenRequest API), not as cluster admin, and reconciles the examples;
+//! (a token from the TokenRequest API), not as cluster admin, and reconciles the examples
+//! (their Services too, under the bundle's policy on Service writes: issue 35, item 10);
 //! and the account cannot do what it does not need.
 
+use k8s_openapi::api::{
+    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
+    core::v1::Service,
+};
 use serde_json::json;
 
 use super::*;
+
+mod policy;
 
 const SA: &str = "system:serviceaccount:mutants:mutantops";
 
@@ -54,6 +61,13 @@ async fn the_operator_runs_with_its_service_account() {
         (!existed("clusterrole", name))
             .then(|| common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRole>::new(name))
     });
+    // Issue 35, item 10: the policy on the account's Service writes, and its binding.
+    let _policy = (!existed("validatingadmissionpolicy", "mutantops-services"))
+        .then(|| common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new("mutantops-services"));
+    let _policy_binding = (!existed("validatingadmissionpolicybinding", "mutantops-services"))
+        .then(|| {
+            common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new("mutantops-services")
+        });
     // The namespace first, so the dry run can place the namespaced objects in it.
     let _ = kubectl(&["create", "namespace", "mutants"]);
     ok(
@@ -151,6 +165,8 @@ async fn the_operator_runs_with_its_service_account() {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     kubeconfig_with_token(token.trim(), &kubeconfig);
+    // Issue 35, item 10: with that token, only Services labelled as a variant's are written.
+    policy::only_labelled_services(&ns.name, &kubeconfig).await;
     let operator = Operator::start_with(
         &ns.name,
         &[
@@ -170,8 +186,10 @@ async fn the_operator_runs_with_its_service_account() {
     f.apply::<Mutation>(&example("browser-snap.yaml")).await;
     f.wait_status::<MutantDeployment>("nginx-mutant", "2/2", |s| s.summary == "2/2 variants ready")
         .await;
-    f.wait_status::<Mutation>("browser-snap", "2/2 and its Secret", |s| {
-        s.summary == "2/2 variants ready" && s.secret.is_some()
+    f.wait_status::<Mutation>("browser-snap", "2/2, its Secret and Services", |s| {
+        s.summary == "2/2 variants ready"
+            && s.secret.is_some()
+            && s.variants.iter().all(|v| v.service.is_some())
     })
     .await;
     // The API works under the same account: add a variant with the Mutation's own token.
@@ -187,6 +205,15 @@ async fn the_operator_runs_with_its_service_account() {
     assert_eq!(reply.status, 201, "{reply:?}");
     f.wait_deployment("browser-snap-tiny", "ready", |d| ready(d, 1))
         .await;
+    let services: Api<Service> = f.ns.api();
+    wait_for("Service browser-snap-tiny", CONVERGE, || async {
+        services
+            .get_opt("browser-snap-tiny")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
     // And pruning works too.
     let reply = f
         .call(
@@ -198,6 +225,14 @@ async fn the_operator_runs_with_its_service_account() {
         .await;
     assert_eq!(reply.status, 204);
     f.wait_gone("browser-snap-tiny").await;
+    // Its Service is pruned too: a delete the policy allows (the Service carries the labels).
+    wait_for("Service browser-snap-tiny pruned", CONVERGE, || async {
+        match services.get_opt("browser-snap-tiny").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 
     let log = f.operator.log_text();
     assert!(

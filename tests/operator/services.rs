@@ -15,6 +15,7 @@ use serde_json::json;
 use super::*;
 
 mod changes;
+mod reach;
 
 /// The browser-snap base: one container serving port 80, named http.
 fn snap_base() -> Value {

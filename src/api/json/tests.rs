@@ -114,6 +114,19 @@ fn a_service_request_is_the_crds_field() {
     assert!(bad_type.is_err());
     let empty: ServiceRequest = serde_json::from_str("{}").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ServiceSpec::from(empty), ServiceSpec::default());
+    // Issue 35 item 10: who may reach it, spelled as the CRD and Kubernetes spell it.
+    let reach: ServiceRequest = serde_json::from_str(
+        r#"{"type":"LoadBalancer","loadBalancerSourceRanges":["192.168.1.0/24"],
+            "externalTrafficPolicy":"Local","ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let spec = ServiceSpec::from(reach);
+    let crd: ServiceSpec = serde_json::from_value(serde_json::to_value(&spec).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(crd, spec);
+    assert_eq!(spec.load_balancer_source_ranges, ["192.168.1.0/24"]);
+    assert!(serde_json::from_str::<ServiceRequest>(r#"{"ipFamilies":["IPv5"]}"#).is_err());
+    assert!(serde_json::from_str::<ServiceRequest>(r#"{"sourceRanges":[]}"#).is_err());
 }
 
 // R37, R24: the request's placement and containers are the CRD's fields, typos refused.

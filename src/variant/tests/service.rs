@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::crd::{
-    ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, VariantState,
-    fixtures::variant_status,
+    IpFamily, IpFamilyPolicy, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType,
+    TrafficPolicy, VariantState, fixtures::variant_status,
 };
 
 /// The browser-snap base: one container with port 80 named http.
@@ -45,6 +45,7 @@ fn node_port_spec() -> ServiceSpec {
     ServiceSpec {
         type_: ServiceType::NodePort,
         ports: vec![],
+        ..ServiceSpec::default()
     }
 }
 
@@ -153,6 +154,7 @@ fn ports_as_given() {
                 ..port(9000)
             },
         ],
+        ..ServiceSpec::default()
     };
     let s = built(&base, "a", &spec);
     assert_eq!(
@@ -175,6 +177,7 @@ fn the_service_spec_is_checked() {
             target_port: Some(IntOrString::String("Bad_Name".into())),
             ..port(80)
         }],
+        ..ServiceSpec::default()
     };
     let e = validate_service(&clusterip).unwrap_err();
     assert!(e.contains("nodePort 30001: only for type NodePort"), "{e}");
@@ -194,6 +197,7 @@ fn the_service_spec_is_checked() {
                 ..port(0)
             },
         ],
+        ..ServiceSpec::default()
     };
     let e = validate_service(&several).unwrap_err();
     for needle in [
@@ -218,8 +222,141 @@ fn the_service_spec_is_checked() {
                 ..port(53)
             },
         ],
+        ..ServiceSpec::default()
     };
     assert_eq!(validate_service(&udp_beside_tcp), Ok(()));
+}
+
+// R36, issue 35 item 10: who may reach the Service is copied into every variant's, as
+// Kubernetes names it; left out, nothing is written (the server's defaults stay)
+#[test]
+fn source_ranges_traffic_policy_and_families_are_copied() {
+    let spec = ServiceSpec {
+        type_: ServiceType::LoadBalancer,
+        load_balancer_source_ranges: vec!["192.168.1.0/24".into(), "fd00::/64".into()],
+        external_traffic_policy: Some(TrafficPolicy::Local),
+        ip_families: vec![IpFamily::IPv4],
+        ip_family_policy: Some(IpFamilyPolicy::SingleStack),
+        ..ServiceSpec::default()
+    };
+    let s = built(&snap_base("web", http()), "a", &spec);
+    assert_eq!(
+        at(&s, "/spec/loadBalancerSourceRanges"),
+        &json!(["192.168.1.0/24", "fd00::/64"])
+    );
+    assert_eq!(at(&s, "/spec/externalTrafficPolicy"), &json!("Local"));
+    assert_eq!(at(&s, "/spec/ipFamilies"), &json!(["IPv4"]));
+    assert_eq!(at(&s, "/spec/ipFamilyPolicy"), &json!("SingleStack"));
+    let plain = built(&snap_base("web", http()), "a", &node_port_spec());
+    let fields: Vec<&String> = plain["spec"]
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(fields.len(), 3, "{fields:?}");
+    // A change of who may reach it is a change of the desired Service (its hash).
+    let annotation = |v: &Value| at(v, "/metadata/annotations").clone();
+    assert_ne!(
+        annotation(&s),
+        annotation(&built(
+            &snap_base("web", http()),
+            "a",
+            &ServiceSpec {
+                load_balancer_source_ranges: vec!["10.0.0.0/8".into()],
+                ..spec.clone()
+            }
+        ))
+    );
+}
+
+// Issue 35 item 10: bad source ranges, and fields for the wrong type, are refused naming the
+// field, as the API server would refuse the Service
+#[test]
+fn source_ranges_traffic_policy_and_families_are_checked() {
+    let lb = |ranges: &[&str]| ServiceSpec {
+        type_: ServiceType::LoadBalancer,
+        ports: vec![port(80)],
+        load_balancer_source_ranges: ranges.iter().map(|r| (*r).to_owned()).collect(),
+        ..ServiceSpec::default()
+    };
+    for good in [
+        "192.168.1.0/24",
+        "0.0.0.0/0",
+        "10.1.2.3/32",
+        "192.168.1.10/24",
+        "fd00::/64",
+        "::/0",
+        "2001:db8::1/128",
+        "FD00::/64",
+        "::1.2.3.4/128",
+    ] {
+        assert_eq!(validate_service(&lb(&[good])), Ok(()), "{good}");
+    }
+    for bad in [
+        "192.168.1.0",
+        "192.168.1.0/33",
+        "192.168.1.0/08",
+        "192.168.01.0/24",
+        " 10.0.0.0/8",
+        "10.0.0.0/8 ",
+        "10.0.0.0/",
+        "fd00::/129",
+        "fe80::1%eth0/64",
+        "::ffff:10.0.0.0/104",
+        "any",
+        "",
+    ] {
+        let e = validate_service(&lb(&["10.0.0.0/8", bad])).unwrap_err();
+        assert!(
+            e.starts_with("service.loadBalancerSourceRanges[1]") && e.contains("must be a CIDR"),
+            "{bad:?}: {e}"
+        );
+    }
+    let many: Vec<String> = (0..33).map(|i| format!("10.0.{i}.0/24")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let e = validate_service(&lb(&many)).unwrap_err();
+    assert!(e.contains("33 entries, at most 32"), "{e}");
+
+    let node_port = ServiceSpec {
+        type_: ServiceType::NodePort,
+        external_traffic_policy: Some(TrafficPolicy::Local),
+        ..lb(&["10.0.0.0/8"])
+    };
+    let e = validate_service(&node_port).unwrap_err();
+    assert_eq!(
+        e,
+        "service.loadBalancerSourceRanges: only for type LoadBalancer, not NodePort"
+    );
+    let cluster_ip = ServiceSpec {
+        type_: ServiceType::ClusterIP,
+        external_traffic_policy: Some(TrafficPolicy::Cluster),
+        ..lb(&[])
+    };
+    let e = validate_service(&cluster_ip).unwrap_err();
+    assert_eq!(
+        e,
+        "service.externalTrafficPolicy Cluster: only for type NodePort or LoadBalancer"
+    );
+
+    let families = |ip_families: Vec<IpFamily>, policy| ServiceSpec {
+        ip_families,
+        ip_family_policy: policy,
+        ..lb(&[])
+    };
+    let dual = families(vec![IpFamily::IPv6, IpFamily::IPv4], None);
+    assert_eq!(validate_service(&dual), Ok(()));
+    let e = validate_service(&families(
+        vec![IpFamily::IPv4, IpFamily::IPv4],
+        Some(IpFamilyPolicy::SingleStack),
+    ))
+    .unwrap_err();
+    assert!(e.contains("service.ipFamilies[1] IPv4: given twice"), "{e}");
+    assert!(e.contains("service.ipFamilyPolicy SingleStack"), "{e}");
+    let three = families(vec![IpFamily::IPv4, IpFamily::IPv6, IpFamily::IPv6], None);
+    let e = validate_service(&three).unwrap_err();
+    assert!(
+        e.contains("service.ipFamilies: 3 entries, at most 2"),
+        "{e}"
+    );
 }
 
 // R36: a Service name must be a DNS-1035 label, which a Deployment name need not be
@@ -273,6 +410,7 @@ fn the_apply_decision() {
         &ServiceSpec {
             type_: ServiceType::LoadBalancer,
             ports: vec![],
+            ..ServiceSpec::default()
         },
     );
     assert_eq!(
@@ -330,6 +468,7 @@ fn status_says_how_to_reach_the_service() {
     let lb = ServiceSpec {
         type_: ServiceType::LoadBalancer,
         ports: vec![],
+        ..ServiceSpec::default()
     };
     let mut v = built(&base, "radxa-8-hd", &lb);
     v["spec"]["clusterIP"] = json!("None");

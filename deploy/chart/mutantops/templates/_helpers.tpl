@@ -40,6 +40,11 @@ The fullname every object is named after: the release name when it contains the 
 {{- printf "%s-leader-election" (include "mutantops.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* ValidatingAdmissionPolicy and binding <fullname>-services. */}}
+{{- define "mutantops.servicePolicyName" -}}
+{{- printf "%s-services" (include "mutantops.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* The selector: what operator.yml selects on. */}}
 {{- define "mutantops.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "mutantops.name" . }}
