@@ -117,6 +117,16 @@ pub const WRITES_PER_DEVICE: Rate = Rate {
     burst: 5.0,
 };
 
+/// Changes a Mutation's own token may ask for per second, and at once (issue 35, item 4): each
+/// costs writes of the Mutation, of Deployments and Services, and Events, so a board looping
+/// add and delete cannot spend the API server's writes (on k3s, SQLite on an SD card). The
+/// token is shared by a fleet (as its enrollment key with `spec.devices`): the burst lets
+/// sixty boards register at once.
+pub const WRITES_PER_TOKEN: Rate = Rate {
+    per_second: 2.0,
+    burst: 60.0,
+};
+
 /// Who a check of a miss is charged to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Asker {

@@ -190,6 +190,21 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
             ),
         ));
     }
+    // Issue 35, item 4: a Mutation's token (an enrollment key too) has a budget of changes.
+    if let Caller::Mutation { name, .. } = &caller
+        && req.method() != Method::GET
+        && !state.token_writes.take(&caller)
+    {
+        let rate = state.token_writes.rate();
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "the token of Mutation {name:?} asked for too many changes: at most {} a \
+                 second, {} at once; retry later",
+                rate.per_second, rate.burst
+            ),
+        ));
+    }
     // A read that must reflect every write acknowledged before it, through any replica.
     if req.method() == Method::GET && fresh::wants_validation(req.headers()) {
         fresh::validate(state, &caller, ns, name).await?;

@@ -7,7 +7,7 @@ use kube::Client;
 
 use super::{
     auth::{Auth, Caller},
-    budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE},
+    budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE, WRITES_PER_TOKEN},
     heartbeats::Heartbeats,
 };
 use crate::{cache::Caches, http::ServerConfig};
@@ -43,6 +43,8 @@ pub struct ApiState {
     pub heartbeats: Heartbeats,
     /// The budget of changes per device token ([`WRITES_PER_DEVICE`]).
     pub device_writes: Buckets<Caller>,
+    /// The budget of changes per Mutation's token ([`WRITES_PER_TOKEN`]).
+    pub token_writes: Buckets<Caller>,
     /// The bytes of bodies and answers this replica holds for its callers (issue 35, item 2).
     pub buffers: Arc<crate::http::Budget>,
     /// The requests each caller has in flight: at most a quarter of the connections (issue
@@ -77,6 +79,7 @@ impl ApiState {
             pod_security,
             heartbeats: Heartbeats::default(),
             device_writes: Buckets::new(WRITES_PER_DEVICE),
+            token_writes: Buckets::new(WRITES_PER_TOKEN),
             buffers: crate::http::Budget::new(server.buffer_bytes, server.buffer_share),
             in_flight: crate::http::Shares::new(server.max_connections / 4),
             connections: crate::http::connections(&server),

@@ -97,6 +97,20 @@ where
         leader,
         pod_security: who.pod_security,
     });
+    // Issue 35, item 4: the counts of repeated Events are written even when the repeats
+    // stop; the task ends with the controller (its context).
+    let flushed = Arc::downgrade(&context);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(events::SERIES_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(context) = flushed.upgrade() else {
+                return;
+            };
+            context.events.flush().await;
+        }
+    });
     let kind = K::KIND.kind();
     controller
         .graceful_shutdown_on(shutdown)

@@ -29,16 +29,14 @@ fn slow_post(ns: &str, name: &str, token: &str) -> String {
     )
 }
 
-/// `GET .../mutations/{name}` with `token`, from `source`: the status.
-async fn get_from(f: &Fixture, source: Ipv4Addr, name: &str, token: &str) -> u16 {
+/// `GET .../mutations/{name}` with `token`, from `source`.
+async fn get_from(f: &Fixture, source: Ipv4Addr, name: &str, token: &str) -> common::http::Reply {
     let raw = format!(
         "GET /api/v1/namespaces/{}/mutations/{name} HTTP/1.1\r\nHost: api\r\n\
          Authorization: Bearer {token}\r\nConnection: close\r\n\r\n",
         f.ns.name
     );
-    common::http::send_raw_from(source, f.operator.api_port, raw.as_bytes())
-        .await
-        .status
+    common::http::send_raw_from(source, f.operator.api_port, raw.as_bytes()).await
 }
 
 async fn readyz(f: &Fixture) -> common::http::Reply {
@@ -106,9 +104,11 @@ async fn a_token_or_an_address_holds_only_its_share_of_busy_connections() {
     // Everyone else is served: the admin, and a board with one of the same tokens from its own
     // address; the replica says it is ready.
     let admin = Ipv4Addr::new(127, 0, 0, 3);
-    assert_eq!(get_from(&f, admin, "one", ADMIN).await, 200);
+    let got = get_from(&f, admin, "one", ADMIN).await;
+    assert_eq!(got.status, 200, "{got:?}");
     let board = Ipv4Addr::new(127, 0, 0, 4);
-    assert_eq!(get_from(&f, board, "two", &tokens[1].1).await, 200);
+    let got = get_from(&f, board, "two", &tokens[1].1).await;
+    assert_eq!(got.status, 200, "{got:?}");
     let ready = readyz(&f).await;
     assert_eq!(ready.status, 200, "{ready:?}");
     drop(held);
