@@ -55,6 +55,7 @@ mod secret;
 mod service;
 mod status;
 mod step;
+pub mod totals;
 mod validate;
 
 #[cfg(test)]

@@ -258,6 +258,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "placement",
             "validate",
             "cmdline",
+            "totals",
             "access",
             "build",
             "converge",

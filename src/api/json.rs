@@ -99,6 +99,18 @@ pub struct DeviceAccessRequest {
     /// [`DeviceAccess::tolerations`].
     #[serde(default)]
     pub tolerations: Vec<String>,
+    /// [`DeviceAccess::max_total_instances`].
+    #[serde(default)]
+    pub max_total_instances: Option<i32>,
+    /// [`DeviceAccess::max_exposed_services`].
+    #[serde(default)]
+    pub max_exposed_services: Option<i32>,
+    /// [`DeviceAccess::service`].
+    #[serde(default)]
+    pub service: Option<bool>,
+    /// [`DeviceAccess::label_pattern`].
+    #[serde(default)]
+    pub label_pattern: Option<String>,
 }
 
 impl From<DeviceAccessRequest> for DeviceAccess {
@@ -111,6 +123,10 @@ impl From<DeviceAccessRequest> for DeviceAccess {
             max_value_length: r.max_value_length,
             node_selector: r.node_selector,
             tolerations: r.tolerations,
+            max_total_instances: r.max_total_instances,
+            max_exposed_services: r.max_exposed_services,
+            service: r.service,
+            label_pattern: r.label_pattern,
         }
     }
 }
@@ -226,6 +242,7 @@ impl From<VariantRequest> for Variant {
                 .into_iter()
                 .map(ContainerOverride::from)
                 .collect(),
+            service: None,
         }
     }
 }

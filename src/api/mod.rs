@@ -226,7 +226,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
                 .mutations
                 .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
                 .and_then(|m| m.spec.device_access.clone());
-            DeviceLimits::of(access.as_ref())
+            DeviceLimits::of(access.as_deref())
                 .body_bytes()
                 .min(state.server.body_limit)
         }

@@ -97,7 +97,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
         spec: MutationSpec {
             deployment: EmbeddedJson::from(&body.deployment),
             variants,
-            device_access,
+            device_access: device_access.map(Box::new),
             service,
             devices,
         },

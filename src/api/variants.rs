@@ -19,14 +19,14 @@ use super::{
     state::{ApiState, MAX_ATTEMPTS},
 };
 use crate::{
-    crd::{Mutation, OwnerKind, Variant, limits::MAX_INSTANCES},
+    crd::{Mutation, OwnerKind, ServiceType, Variant, limits::MAX_INSTANCES},
     http,
     variant::{
         Base, Owner,
         access::{device_may_add, device_may_scale, route_device_env},
         check_variant_count,
         placement::validate_containers,
-        validate_variants,
+        totals, validate_variants,
     },
 };
 
@@ -104,7 +104,15 @@ pub(super) async fn insert(
     // containers moved into those containers' own env (R41); the admin's is stored as sent.
     let stored = |m: &Mutation| match caller {
         Caller::Admin => variant.clone(),
-        _ => route_device_env(m.spec.device_access.as_ref(), &variant),
+        _ => {
+            let access = m.spec.device_access.as_deref();
+            let mut routed = route_device_env(access, &variant);
+            // Issue 35, item 5: the owner's switch for the token's variants' Service.
+            if access.and_then(|a| a.service) == Some(false) {
+                routed.service = Some(false);
+            }
+            routed
+        }
     };
     let routed = stored(&cached);
     validate_variants(&base_name(&cached), std::slice::from_ref(&routed))
@@ -149,10 +157,16 @@ fn device_check(caller: &Caller, m: &Mutation, variant: &Variant) -> Result<(), 
         return Ok(());
     }
     let base = m.spec.deployment.value();
-    let access = m.spec.device_access.as_ref();
+    let access = m.spec.device_access.as_deref();
     let devices_on = m.spec.devices.is_some();
     device_may_add(&base, access, variant, m.spec.variants.len(), devices_on)
-        .map_err(ApiError::forbidden)
+        .map_err(ApiError::forbidden)?;
+    let exposed = m
+        .spec
+        .service
+        .as_ref()
+        .is_some_and(|s| s.type_ != ServiceType::ClusterIP);
+    totals::may_add(access, &m.spec.variants, variant, exposed).map_err(ApiError::forbidden)
 }
 
 /// `PATCH .../variants/{label}` `{instances}`: changes only the replica count, so the running
@@ -175,7 +189,9 @@ pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleReq
     let device = |m: &Mutation| match caller {
         Caller::Admin => Ok(()),
         Caller::Mutation { .. } | Caller::Device { .. } => {
-            device_may_scale(m.spec.device_access.as_ref(), body.instances)
+            let access = m.spec.device_access.as_deref();
+            device_may_scale(access, body.instances)
+                .and_then(|()| totals::may_total(access, &m.spec.variants, label, body.instances))
                 .map_err(ApiError::forbidden)
         }
     };

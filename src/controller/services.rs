@@ -55,7 +55,18 @@ pub(super) async fn converge<K: OwnerResource>(
     let mut declared = BTreeSet::new();
     let mut denied = false;
     if let Some(spec) = obj.service() {
+        // Issue 35, item 5: a variant may say it gets no Service (its Service, if any, is
+        // pruned as undeclared).
+        let unserved: BTreeSet<&str> = obj
+            .variants()
+            .iter()
+            .filter(|v| v.service == Some(false))
+            .map(|v| v.label.as_str())
+            .collect();
         for status in statuses.iter_mut() {
+            if unserved.contains(status.label.as_str()) {
+                continue;
+            }
             declared.insert(status.deployment.clone());
             if !variant::serves(status.state) {
                 continue;

@@ -35,6 +35,13 @@ pub const MAX_LABEL_KEY: usize = 317;
 /// Longest label value (node labels, taint values).
 pub const MAX_LABEL_VALUE: usize = 63;
 
+/// Default of [`DeviceAccess::max_total_instances`] (issue 35, item 5).
+pub const DEVICE_MAX_TOTAL_INSTANCES: i32 = 40;
+/// Default of [`DeviceAccess::max_exposed_services`] (issue 35, item 5).
+pub const DEVICE_MAX_EXPOSED_SERVICES: usize = 5;
+/// Longest [`DeviceAccess::label_pattern`].
+pub const MAX_LABEL_PATTERN: usize = 63;
+
 /// What a Mutation's own token may ask when its owner says nothing else: sized for a fleet of
 /// boards, each registering a variant or two.
 pub const DEVICE_MAX_INSTANCES: i32 = 10;
@@ -83,6 +90,30 @@ pub struct DeviceAccess {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 32768))]
     pub max_value_length: Option<i32>,
+
+    /// Most instances of all the Mutation's variants together after the token adds or scales
+    /// one (default 40); scaling down is always allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 500000))]
+    pub max_total_instances: Option<i32>,
+
+    /// When `spec.service.type` is NodePort or LoadBalancer (a port on every node, an address
+    /// on the LAN): most variants with such a Service after the token adds one (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 500))]
+    pub max_exposed_services: Option<i32>,
+
+    /// Whether the variants the token adds get the owner's Service (default true); false
+    /// stores them with `service: false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<bool>,
+
+    /// The labels the token may give a variant: `*` stands for any characters (`board-*`).
+    /// Absent: any label. A variant's label names its Deployment and Service
+    /// (`<base>-<label>`), so this keeps a board from claiming a name such as `<base>-db`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[-a-z0-9*]+$"))]
+    pub label_pattern: Option<String>,
 
     /// The node label keys the token may set in a variant's nodeSelector, to any value.
     /// Absent or empty: none; the token's variants run where the base's pods run.

@@ -59,6 +59,12 @@ pub struct Variant {
         extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
     )]
     pub containers: Vec<ContainerOverride>,
+
+    /// `false`: the variant gets no Service even when the owner's `service` is set (a
+    /// Mutation's token's variants are stored so when `spec.deviceAccess.service` is false).
+    /// Absent or `true`: it gets the owner's Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<bool>,
 }
 
 fn default_instances() -> i32 {
@@ -76,6 +82,7 @@ impl Default for Variant {
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
             containers: Vec::new(),
+            service: None,
         }
     }
 }
@@ -222,10 +229,11 @@ owner_kind! {
     /// What the Mutation's own token (its devices) may ask of the variants: which env names,
     /// how many instances, variants and env entries, how long a value, which node labels and
     /// taints. Absent: the defaults (any env name but those that change how a process loads or
-    /// starts; 10 instances, 20 variants, 32 env entries, values of 4096 characters; no node
-    /// labels, no tolerations). The admin token is not bound by it.
+    /// starts; 10 instances, 20 variants, 32 env entries, values of 4096 bytes, 40 instances
+    /// in all, 5 NodePort or LoadBalancer Services, any label; no node labels, no
+    /// tolerations). The admin token is not bound by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_access: Option<DeviceAccess>,
+    pub device_access: Option<Box<DeviceAccess>>,
 
     /// A Service per variant, `<base name>-<label>`, selecting only that variant's pods; its
     /// address is in the variant's status and in the HTTP API's answer for the variant, so a

@@ -433,6 +433,7 @@ pub fn validate_device_access(access: &DeviceAccess) -> Result<(), String> {
         problems.push(format!("deviceAccess.env: more than {MAX_ENV} names"));
     }
     super::placement::device_access_problems(access, &mut problems);
+    super::totals::problems(access, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {

@@ -52,6 +52,7 @@ mod slots;
 mod small_devices;
 mod steady;
 mod tls;
+mod totals;
 mod writes;
 
 use std::time::Duration;
