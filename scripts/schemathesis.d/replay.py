@@ -221,6 +221,9 @@ def heard(status, answer):
     error = error_of(answer)
     if status == 401 or (status == 503 and (error.startswith("starting") or "has not reached" in error)):
         return False
+    # Over the token's or the address's share of busy connections: refused before anything.
+    if status == 503 and "in flight" in error:
+        return False
     if status == 403 and "token reaches only" in error:
         return False
     if status == 400 and (error.startswith("header ") or " in the path: " in error):
