@@ -71,7 +71,17 @@ pub enum DryRun {
 /// dry-run create with strict field validation. Admission runs on a dry run too, so a quota
 /// or an admission policy that would refuse the Deployment refuses it here.
 pub async fn dry_run(client: &Client, namespace: &str, object: &Value) -> DryRun {
-    match post::<IgnoredAny>(client, namespace, object, true).await {
+    dry_run_of::<DeploymentWire>(client, namespace, object).await
+}
+
+/// [`dry_run`] of an object of type `K`: the HTTP API dry-runs a variant's Service beside its
+/// Deployment (issue 35, item 6).
+pub async fn dry_run_of<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    namespace: &str,
+    object: &Value,
+) -> DryRun {
+    match post_to::<K, IgnoredAny>(client, namespace, object, true).await {
         Ok(_) => DryRun::Accepted,
         Err(kube::Error::Api(status)) => match variant::classify(&status) {
             Some(refusal) => DryRun::Refused {

@@ -6,9 +6,12 @@ use kube::{Api, runtime::reflector::ObjectRef};
 
 use super::{error::ApiError, state::ApiState};
 use crate::{
-    crd::{OwnerKind, Variant},
-    submit::{DryRun, dry_run, pod_security},
-    variant::{Base, DeploymentWire, MetaView, Owner, deployment_name, foreign},
+    crd::{OwnerKind, ServiceSpec, Variant, limits::MAX_OBJECT_BYTES},
+    submit::{DryRun, dry_run, dry_run_of, pod_security},
+    variant::{
+        Base, DeploymentWire, MetaView, ObservedService, Owner, build_service, deployment_name,
+        foreign,
+    },
 };
 
 /// Asks the API server, without writing anything, whether it would accept the Deployment of
@@ -25,11 +28,17 @@ use crate::{
 /// First, what the operator does not make (R33): a base whose pod template breaks Pod
 /// Security "baseline", unless the namespace is labelled privileged (read from the API server
 /// only then), or runs as the operator's own ServiceAccount, is 400 naming the fields.
+///
+/// And what the API server would store only to refuse later (issue 35, item 6): a Deployment
+/// larger than [`MAX_OBJECT_BYTES`] is 400, counted in bytes with every container's copy of
+/// the env; with `service` (the owner's), each variant's Service is built and dry-run beside
+/// its Deployment, answered as the Deployment's dry run is.
 pub async fn check_with_server(
     state: &ApiState,
     owner: &Owner,
     base: &Base,
     variants: &[Variant],
+    service: Option<&ServiceSpec>,
 ) -> Result<(), ApiError> {
     let built: Vec<_> = variants
         .iter()
@@ -61,19 +70,18 @@ pub async fn check_with_server(
                 return Err(conflict);
             }
         }
+        let bytes = serde_json::to_vec(object).map_or(0, |b| b.len());
+        if bytes > MAX_OBJECT_BYTES {
+            return Err(ApiError::bad_request(format!(
+                "variant {:?}: its Deployment would be {bytes} bytes of JSON, more than the \
+                 {MAX_OBJECT_BYTES} the operator writes (the API server's storage refuses about \
+                 1.5 MiB); its env is copied into each of the base's containers, so send less",
+                variant.label
+            )));
+        }
         match dry_run(&state.client, &owner.namespace, object).await {
             DryRun::Refused { code, message, .. } => {
-                let message = format!(
-                    "variant {:?}: rejected by the Kubernetes API: {message}",
-                    variant.label
-                );
-                // The server's 403 (a quota, an admission policy) is the caller's 403 (R35);
-                // its 400 or 422 (a malformed object, or an admission policy's denial) is 400.
-                return Err(if code == 403 {
-                    ApiError::forbidden(message)
-                } else {
-                    ApiError::bad_request(message)
-                });
+                return Err(refused(&variant.label, "", code, &message));
             }
             DryRun::Taken => {
                 let api: Api<DeploymentWire> =
@@ -86,6 +94,29 @@ pub async fn check_with_server(
             }
             DryRun::Accepted | DryRun::Unknown => {}
         }
+        if let Some(spec) = service
+            && variant.service != Some(false)
+        {
+            let object = build_service(base, owner, &variant.label, spec)
+                .map_err(|e| ApiError::bad_request(format!("variant {:?}: {e}", variant.label)))?;
+            let dry = dry_run_of::<ObservedService>(&state.client, &owner.namespace, &object);
+            if let DryRun::Refused { code, message, .. } = dry.await {
+                return Err(refused(&variant.label, "its Service ", code, &message));
+            }
+        }
     }
     Ok(())
+}
+
+/// The answer to the API server's refusal of a dry run of variant `label`'s object (`what`:
+/// "" for its Deployment, "its Service "): the server's 403 (a quota, an admission policy) is
+/// the caller's 403 (R35); its 400 or 422 (a malformed object, or an admission policy's
+/// denial) is 400.
+fn refused(label: &str, what: &str, code: u16, message: &str) -> ApiError {
+    let message = format!("variant {label:?}: {what}rejected by the Kubernetes API: {message}");
+    if code == 403 {
+        ApiError::forbidden(message)
+    } else {
+        ApiError::bad_request(message)
+    }
 }

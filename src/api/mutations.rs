@@ -87,7 +87,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
         }
         crate::variant::service_ports(&base, spec).map_err(ApiError::bad_request)?;
     }
-    check_with_server(state, &owner, &base, &variants).await?;
+    check_with_server(state, &owner, &base, &variants, service.as_ref()).await?;
     let mutation = Mutation {
         metadata: ObjectMeta {
             name: Some(body.name.clone()),

@@ -130,7 +130,8 @@ pub(super) async fn insert(
         Owner::from_resource(OwnerKind::Mutation, cached.as_ref()),
         Base::parse(&cached.spec.deployment.value()),
     ) {
-        check_with_server(state, &owner, &base, std::slice::from_ref(&routed)).await?;
+        let service = cached.spec.service.as_ref();
+        check_with_server(state, &owner, &base, std::slice::from_ref(&routed), service).await?;
     }
     let label = variant.label.clone();
     edit(state, ns, name, |m| {

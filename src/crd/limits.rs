@@ -35,6 +35,11 @@ pub const MAX_LABEL_KEY: usize = 317;
 /// Longest label value (node labels, taint values).
 pub const MAX_LABEL_VALUE: usize = 63;
 
+/// The largest Deployment the operator writes, as JSON (issue 35, item 6): etcd refuses a
+/// request of about 1.5 MiB, and the stored object carries managedFields and status besides.
+/// A variant's env is copied into every container, so its size is the sum over them.
+pub const MAX_OBJECT_BYTES: usize = 1024 * 1024;
+
 /// Default of [`DeviceAccess::max_total_instances`] (issue 35, item 5).
 pub const DEVICE_MAX_TOTAL_INSTANCES: i32 = 40;
 /// Default of [`DeviceAccess::max_exposed_services`] (issue 35, item 5).
