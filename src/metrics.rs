@@ -268,7 +268,7 @@ impl Metrics {
         self.caches.set(view);
     }
 
-    /// The stores the cache gauges read, without the rest of [`Caches`]: what
+    /// The stores the cache gauges read, without the rest of `Caches`: what
     /// [`Metrics::set_caches`] hands over, for a process (or a test) that has only these.
     pub fn set_stores(
         &self,

@@ -41,9 +41,9 @@ pub struct ApiState {
     pub pod_security: crate::variant::PodSecurity,
     /// What this replica heard from devices (R40).
     pub heartbeats: Heartbeats,
-    /// The budget of changes per device token ([`WRITES_PER_DEVICE`]).
+    /// The budget of changes per device token (`WRITES_PER_DEVICE`).
     pub device_writes: Buckets<Caller>,
-    /// The budget of changes per Mutation's token ([`WRITES_PER_TOKEN`]).
+    /// The budget of changes per Mutation's token (`WRITES_PER_TOKEN`).
     pub token_writes: Buckets<Caller>,
     /// The bytes of bodies and answers this replica holds for its callers (issue 35, item 2).
     pub buffers: Arc<crate::http::Budget>,

@@ -355,7 +355,7 @@ pub struct OwnerStatus {
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// The enrolled devices, by id (Mutations with spec.devices only). No token is ever
-    /// written here: the devices' tokens are kept as SHA-256 hashes in Secret <name>-devices.
+    /// written here: the devices' tokens are kept as SHA-256 hashes in Secret `<name>-devices`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 500),

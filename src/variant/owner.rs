@@ -20,13 +20,13 @@ pub const KIND_LABEL: &str = "mutantops.neiam.org/kind";
 
 /// Annotation on every generated Deployment: a hash of the desired object, so that any change
 /// of the desired state (including a removed field) is visible by comparing with what is
-/// observed. See [`needs_apply`].
+/// observed. See [`needs_apply`](super::build::needs_apply).
 pub const HASH_ANNOTATION: &str = "mutantops.neiam.org/desired-hash";
 
 /// The server-side apply field manager of every write the operator makes (R5).
 pub const FIELD_MANAGER: &str = "mutantops-operator";
 
-/// Type of the condition reported by [`ready_condition`].
+/// Type of the condition reported by [`ready_condition`](super::status::ready_condition).
 pub const READY_CONDITION: &str = "Ready";
 
 /// Longest Deployment name a variant may get (R8): a DNS-1123 label.

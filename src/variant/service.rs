@@ -57,7 +57,7 @@ fn is_port_name(s: &str) -> bool {
 /// [`MAX_SERVICE_PORTS`] ports; each port and node port in 1-65535, a target port a number in
 /// 1-65535 or a container port's name; port names DNS-1123 labels, required when there are
 /// several and unique; no two ports with the same number and protocol; node ports only for
-/// NodePort and LoadBalancer; and who may reach it ([`reach::check_reach`]: source ranges
+/// NodePort and LoadBalancer; and who may reach it (`reach::check_reach`: source ranges
 /// CIDRs, and only for LoadBalancer; an external traffic policy only for NodePort and
 /// LoadBalancer; at most two distinct IP families). All problems are reported, joined with
 /// `"; "`.
