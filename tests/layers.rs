@@ -263,6 +263,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "converge",
             "policy",
             "baseline",
+            "own_secrets",
             "pod_security",
             "service",
             "report",
@@ -278,7 +279,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
     ("metrics", &["labels", "process", "gauges"]),
     ("lease", &["decide"]),
-    ("submit", &["pod_security", "devices"]),
+    ("submit", &["pod_security", "devices", "own"]),
     (
         "api",
         &[
@@ -289,6 +290,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "budget",
             "error",
             "heartbeats",
+            "namespaces",
             "state",
             "body",
             "check",
