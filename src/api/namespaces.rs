@@ -1,4 +1,4 @@
-//! Which namespaces the HTTP API serves (R19; issue 35, item 8). The admin token creates
+//! Which namespaces the HTTP API serves (R33; issue 35, item 8). The admin token creates
 //! Deployments that run as any ServiceAccount of a namespace it reaches, so it reaches only
 //! namespaces someone chose for it:
 //!

@@ -1,4 +1,4 @@
-//! Issue 35, item 8 (R19, R33): which namespaces the admin token reaches, and the operator's
+//! Issue 35, item 8 (R33, R20): which namespaces the admin token reaches, and the operator's
 //! own Secrets. An operator that watches every namespace and is given no list serves only the
 //! namespaces labelled `mutantops.neiam.org/api=enabled`, never `kube-system` nor its own
 //! namespace, and follows the label as it comes and goes. In the operator's namespace, a base
