@@ -2,7 +2,8 @@
 //! API's Service does not name: `/metrics` (Prometheus text 0.0.4, or OpenMetrics for a
 //! client that prefers it, as Prometheus does), `/healthz` (the process answers) and
 //! `/readyz` (the caches are synced, the API server has answered within
-//! `MUTANT_STALE_AFTER_SECONDS`, and the API listener would let a new connection in). Served by the same hardened loop as the API.
+//! `MUTANT_STALE_AFTER_SECONDS`, the API knows which namespaces it serves, and the API
+//! listener would let a new connection in). Served by the same hardened loop as the API.
 
 use std::sync::Arc;
 
@@ -28,6 +29,9 @@ pub struct AdminState {
     /// The API listener's connections: `/readyz` says not ready while no new one would be let
     /// in (issue 35, item 3).
     pub api_connections: Option<Arc<http::Connections>>,
+    /// Whether the API knows which namespaces it serves (the labelled ones listed: issue 35,
+    /// item 8); `/readyz` says not ready until it does.
+    pub api_listed: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Serves one request of the metrics listener.
@@ -62,6 +66,11 @@ pub fn handle(
                         .into(),
                 )
             }
+            Serving::Yes if state.api_listed.as_ref().is_some_and(|l| !*l.borrow()) => http::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                "not ready: the namespaces labelled for the API are not listed yet\n".into(),
+            ),
             Serving::Yes => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
             Serving::Starting => http::text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -136,6 +145,7 @@ mod tests {
             metrics,
             caches,
             api_connections: None,
+            api_listed: None,
         };
         assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
         assert_eq!(
@@ -147,6 +157,25 @@ mod tests {
             get(&state, "/readyz").await,
             (StatusCode::OK, "ok\n".to_string())
         );
+    }
+
+    // Issue 35, item 8: not ready until the API knows which namespaces it serves.
+    #[tokio::test]
+    async fn readyz_is_503_until_the_served_namespaces_are_listed() {
+        let (caches, mut writers) = crate::cache::for_tests();
+        writers.sync();
+        let (listed, api_listed) = tokio::sync::watch::channel(false);
+        let state = AdminState {
+            metrics: Arc::new(Metrics::new()),
+            caches,
+            api_connections: None,
+            api_listed: Some(api_listed),
+        };
+        let (status, body) = get(&state, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("labelled for the API"), "{body}");
+        listed.send_replace(true);
+        assert_eq!(get(&state, "/readyz").await.0, StatusCode::OK);
     }
 
     // Issue 25, item 8 (R34): a replica cut off from the API server for longer than the bound
@@ -163,6 +192,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             caches,
             api_connections: None,
+            api_listed: None,
         };
         health.failed();
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
@@ -180,6 +210,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             caches,
             api_connections: None,
+            api_listed: None,
         };
         let open = handle(
             &state,

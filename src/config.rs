@@ -88,8 +88,10 @@ pub struct Config {
     /// `MUTANT_WATCH_NAMESPACE`: reconcile only this namespace; `None` (unset or empty) for
     /// every namespace.
     pub watch_namespace: Option<String>,
-    /// `MUTANT_API_NAMESPACES`: the namespaces the HTTP API serves (comma-separated); `None`
-    /// (unset or empty) for every namespace the operator watches.
+    /// `MUTANT_API_NAMESPACES`: the namespaces the HTTP API serves (comma-separated), any
+    /// namespace it watches, `kube-system` and its own included; `None` (unset or empty) for
+    /// the watch namespace, else the namespaces labelled `mutantops.neiam.org/api=enabled`
+    /// but Kubernetes' own and `POD_NAMESPACE` (issue 35, item 8).
     pub api_namespaces: Option<Vec<String>>,
     /// `MUTANT_API_MAX_CONNECTIONS`: the most connections the API listener keeps open.
     pub api_max_connections: usize,

@@ -15,7 +15,7 @@ use crate::{
     http::{self, ServerConfig},
     lease::{self, Elector},
     metrics::Metrics,
-    shutdown,
+    shutdown, submit,
     variant::{PodSecurity, ServiceAccountRef, Version},
 };
 
@@ -150,8 +150,15 @@ pub async fn run(config: Config) -> Result<()> {
         stale_after: Some(config.stale_after),
     };
     let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref(), freshness);
+    let own_secrets = match &config.pod_namespace {
+        Some(namespace) => Some(
+            submit::own::secrets(&client, namespace, config.pod_service_account.as_deref()).await,
+        ),
+        None => None,
+    };
     let pod_security = PodSecurity {
         own_account: own_account(&config),
+        own_secrets,
         server: policy_version(&version),
     };
     let controllers = controller::start(
@@ -168,10 +175,18 @@ pub async fn run(config: Config) -> Result<()> {
     );
     metrics.set_caches(caches.clone());
     let controllers = tokio::spawn(controllers);
-    let served = config
-        .api_namespaces
-        .clone()
-        .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns]));
+    // Issue 35, item 8: the namespaces named by the configuration, else those labelled for
+    // the API (never Kubernetes' own nor the operator's).
+    let served = api::namespaces::served(
+        config
+            .api_namespaces
+            .clone()
+            .or_else(|| config.watch_namespace.clone().map(|ns| vec![ns])),
+        config.pod_namespace.as_deref(),
+        &client,
+        stop.clone(),
+    );
+    let api_listed = served.listed();
     let buffer_bytes = config.api_buffer_mib.saturating_mul(1024 * 1024);
     let server = ServerConfig {
         max_connections: config.api_max_connections,
@@ -191,6 +206,7 @@ pub async fn run(config: Config) -> Result<()> {
         metrics,
         caches,
         api_connections: Some(state.connections.clone()),
+        api_listed: Some(api_listed),
     });
     let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
     let api = tokio::spawn(api::serve(state, api_listener, api_tls, stop));

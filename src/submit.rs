@@ -1,7 +1,7 @@
 //! What the controller and the HTTP API both ask of the API server about the Deployments they
 //! would make: a create (or a dry run of it, which admission and quotas see as they would see
 //! the create) with strict field validation, and whether Pod Security lets the namespace run
-//! them ([`pod_security`]). Below both, so that neither reaches into the other.
+//! them ([`pod_security`]), which Secrets are the operator's own ([`own`]). Below both, so that neither reaches into the other.
 
 use kube::{Client, Resource};
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::variant::{self, DeploymentWire, FIELD_MANAGER, Refusal};
 
 pub mod devices;
+pub mod own;
 pub mod pod_security;
 
 /// POSTs `object` to the namespace's Deployments (strict field validation; `dry_run`: the

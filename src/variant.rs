@@ -17,7 +17,8 @@
 //! - **pod security**: [`baseline_findings`] lists how a pod template breaks Pod Security
 //!   "baseline" as of a [`Policy`] (the version a namespace is held to), and a [`Review`] of an
 //!   owner's Deployments says whether the operator may make them in their namespace, and why
-//!   not (R33);
+//!   not, the operator's own ServiceAccount and Secrets ([`own_secret_findings`]) refused in
+//!   every namespace (R33);
 //! - **report**: [`variant_state`], [`summary`] and [`ready_condition`] compute status (R11);
 //! - **refusals**: [`classify`] tells the API server's refusal of a Deployment (the object's
 //!   fault, or a policy's) from a failure worth retrying (R10, R35);
@@ -44,6 +45,7 @@ pub mod devices;
 mod meta;
 mod names;
 mod observed;
+mod own_secrets;
 mod owner;
 pub(crate) mod placement;
 mod pod_security;
@@ -71,6 +73,9 @@ pub use names::{
     validate_label, validate_mutation_name, validate_name,
 };
 pub use observed::{CreatedEntry, DeploymentWire, ObservedDeployment, RolloutCounts};
+pub use own_secrets::{
+    API_TLS_SECRET, API_TOKEN_SECRET, OwnSecrets, own_secret_findings, secret_references,
+};
 pub use owner::{
     FIELD_MANAGER, HASH_ANNOTATION, KIND_LABEL, MAX_DEPLOYMENT_NAME, OWNER_LABEL, Owner,
     READY_CONDITION, VARIANT_LABEL, controller_uid, is_controlled_by, may_prune,

@@ -463,6 +463,9 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         format!("update leases.coordination.k8s.io -n {}", ns.name),
         // R33: a namespace's opt-in label, by name.
         "get namespaces/default".to_string(),
+        // Issue 35, item 8: the namespaces labelled for the API, label-selected.
+        "list namespaces".to_string(),
+        "watch namespaces".to_string(),
     ] {
         assert_eq!(can(&allowed), "yes", "{account} needs: {allowed}");
     }
@@ -471,8 +474,8 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         "patch secrets -n default",
         "get pods -n default",
         "update leases.coordination.k8s.io -n default",
-        "list namespaces",
-        "watch namespaces",
+        "patch namespaces/default",
+        "delete namespaces/default",
     ] {
         assert_eq!(can(denied), "no", "{account} must not: {denied}");
     }

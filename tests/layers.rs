@@ -264,6 +264,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "converge",
             "policy",
             "baseline",
+            "own_secrets",
             "pod_security",
             "service",
             "report",
@@ -279,7 +280,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
     ("metrics", &["labels", "process", "gauges"]),
     ("lease", &["decide"]),
-    ("submit", &["pod_security", "devices"]),
+    ("submit", &["pod_security", "devices", "own"]),
     (
         "api",
         &[
@@ -290,6 +291,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "budget",
             "error",
             "heartbeats",
+            "namespaces",
             "state",
             "body",
             "check",

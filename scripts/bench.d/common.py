@@ -326,6 +326,8 @@ class Bench:
             return
         self.kubectl("create", "namespace", ns)
         self.namespaces.append(ns)
+        # The operator watches every namespace; its HTTP API serves those labelled for it.
+        self.kubectl("label", "namespace", ns, "mutantops.neiam.org/api=enabled")
 
     def delete_namespace(self, ns, timeout):
         """Deletes a namespace and waits for it to go (its objects must not load the control

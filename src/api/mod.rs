@@ -7,7 +7,8 @@
 //! This file only routes. The rooms, lowest first (each uses only those before it; checked by
 //! tests/layers.rs): `routes` the one table of routes ([`routes::ROUTES`]), `json` the wire
 //! shapes, `auth` who calls, `budget` what a caller may cost the API server, `error` the
-//! handlers' error and its status codes, `state` what handlers share and the edit locks,
+//! handlers' error and its status codes, `namespaces` which namespaces are served, `state`
+//! what handlers share and the edit locks,
 //! `body` reading request bodies, `check` the checks with the API server before a write,
 //! `fresh` the reads and waits on the cache (across replicas too), `heartbeats` what this
 //! replica heard from devices, `registry` a Mutation's devices Secret and status list,
@@ -24,6 +25,7 @@ mod heartbeats;
 mod json;
 mod liveness;
 mod mutations;
+pub mod namespaces;
 mod placement;
 mod registry;
 pub mod routes;
@@ -107,7 +109,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         label,
         id,
     } = params;
-    let served = state.serves(ns);
+    let served = state.serves(ns)?;
     let mut caller = state.auth.caller(req.headers(), &state.caches, ns, name);
     // A token this replica cannot check may belong to a Mutation made through another one:
     // checked once with the API server (fresh.rs), then against the cache again. Only a token
@@ -150,10 +152,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     // token of another namespace gets the same 401 as a wrong one.
     if !served {
         return Err(match caller {
-            Caller::Admin => ApiError::not_found(format!(
-                "this operator serves only namespaces {:?}",
-                state.namespaces.as_deref().unwrap_or_default()
-            )),
+            Caller::Admin => state.not_served(ns),
             Caller::Mutation { .. } | Caller::Device { .. } => ApiError::unauthorized(),
         });
     }

@@ -8,7 +8,9 @@ use kube::Client;
 use super::{
     auth::{Auth, Caller},
     budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE, WRITES_PER_TOKEN},
+    error::ApiError,
     heartbeats::Heartbeats,
+    namespaces::{Served, Serves},
 };
 use crate::{cache::Caches, http::ServerConfig};
 
@@ -29,9 +31,9 @@ pub struct ApiState {
     /// One lock per Mutation being edited, so this replica's edits of one Mutation queue up
     /// instead of racing (the resourceVersion check still guards against other writers).
     pub edits: EditLocks,
-    /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`);
-    /// `None` for every namespace.
-    pub namespaces: Option<Vec<String>>,
+    /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`,
+    /// else those labelled for it: issue 35, item 8).
+    pub namespaces: Served,
     /// The budget of misses checked with the API server (`fresh.rs`).
     pub misses: MissChecks,
     /// The budget of validated reads (`Cache-Control: no-cache`, `fresh.rs`).
@@ -56,15 +58,15 @@ pub struct ApiState {
 
 impl ApiState {
     /// What the handlers share: the client and caches, how callers are authenticated, the
-    /// listener's limits, the namespaces served (`None`: all) and what pod security needs
-    /// (the operator's own ServiceAccount, the API server's version); edit locks and budgets
+    /// listener's limits, the namespaces served and what pod security needs (the operator's
+    /// own ServiceAccount and Secrets, the API server's version); edit locks and budgets
     /// start empty.
     pub fn new(
         client: Client,
         caches: Caches,
         auth: Auth,
         server: ServerConfig,
-        namespaces: Option<Vec<String>>,
+        namespaces: Served,
         pod_security: crate::variant::PodSecurity,
     ) -> Self {
         ApiState {
@@ -86,11 +88,23 @@ impl ApiState {
         }
     }
 
-    /// Whether the API serves namespace `ns`.
-    pub fn serves(&self, ns: &str) -> bool {
-        self.namespaces
-            .as_ref()
-            .is_none_or(|served| served.iter().any(|s| s == ns))
+    /// Whether the API serves namespace `ns`; 503 while that is not known yet (the labelled
+    /// namespaces not listed).
+    pub fn serves(&self, ns: &str) -> Result<bool, ApiError> {
+        match self.namespaces.serves(ns) {
+            Serves::Yes => Ok(true),
+            Serves::No => Ok(false),
+            Serves::Starting => Err(ApiError::new(
+                hyper::StatusCode::SERVICE_UNAVAILABLE,
+                "starting: the namespaces labelled for the API are not listed yet",
+            )),
+        }
+    }
+
+    /// The admin's answer about namespace `ns`, which the API does not serve: 404, saying how
+    /// to serve it.
+    pub fn not_served(&self, ns: &str) -> ApiError {
+        ApiError::not_found(self.namespaces.why_not(ns))
     }
 }
 

@@ -15,7 +15,7 @@ use crate::variant::{
 
 /// Why the Deployments `deployments` (as JSON) may not be made in `namespace`, naming the
 /// fields and how to opt in; `None` when they may. `known` is what the operator knows from
-/// its start (its own ServiceAccount, the API server's version). A namespace the operator may
+/// its start (its own ServiceAccount and Secrets, the API server's version). A namespace the operator may
 /// not read (403) counts as not opted in, and the message says so; any other failure to read
 /// it is returned, to be retried.
 pub async fn refusal<'a>(
@@ -25,11 +25,10 @@ pub async fn refusal<'a>(
     deployments: impl IntoIterator<Item = &'a Value>,
 ) -> Result<Option<String>, kube::Error> {
     let deployments: Vec<&Value> = deployments.into_iter().collect();
-    let own = known.own_account.as_ref();
     let review = Review::of(
         deployments.iter().copied(),
         namespace,
-        own,
+        known,
         Policy::Strictest,
     );
     if !review.needs_namespace() {
@@ -37,7 +36,7 @@ pub async fn refusal<'a>(
     }
     let label = namespace_label(client, namespace).await?;
     let policy = label.policy(known.server);
-    let review = Review::of(deployments, namespace, own, policy);
+    let review = Review::of(deployments, namespace, known, policy);
     Ok(review.refusal(namespace, Some(&label)))
 }
 

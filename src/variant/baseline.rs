@@ -374,7 +374,7 @@ fn items(list: Option<&Value>) -> impl Iterator<Item = (usize, &Value)> {
 }
 
 /// How a list item is named in a path: its `name` when that is short and plain, else its index.
-fn key(item: &Value, index: usize) -> String {
+pub(super) fn key(item: &Value, index: usize) -> String {
     match item.get("name").and_then(Value::as_str) {
         Some(name) if is_plain(name) => name.to_owned(),
         _ => index.to_string(),
@@ -401,7 +401,7 @@ fn shown(s: &str) -> String {
 }
 
 /// [`shown`], always quoted.
-fn shown_str(s: &str) -> String {
+pub(super) fn shown_str(s: &str) -> String {
     let shown = shown(s);
     if shown.starts_with('"') {
         shown

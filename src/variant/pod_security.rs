@@ -1,7 +1,8 @@
 //! What the operator refuses to make (R33): a Deployment whose pod template breaks Pod
 //! Security "baseline" ([`baseline_findings`]), unless its namespace opts in the Kubernetes way
-//! (label `pod-security.kubernetes.io/enforce: privileged`), and one that runs as the
-//! operator's own ServiceAccount ([`own_account_finding`]), in any namespace.
+//! (label `pod-security.kubernetes.io/enforce: privileged`), and, whatever the labels say, one
+//! that runs as the operator's own ServiceAccount ([`own_account_finding`]) or references one
+//! of its own Secrets ([`own_secret_findings`]; issue 35, item 8).
 //!
 //! Baseline is the one the namespace is held to (issue 35, item 9): at the version its
 //! `pod-security.kubernetes.io/enforce-version` label pins, else the API server's own, as
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 use super::baseline::{Finding, ServiceAccountRef, baseline_findings, own_account_finding};
 use super::build::Planned;
+use super::own_secrets::{OwnSecrets, own_secret_findings};
 use super::policy::{ENFORCE_VERSION_LABEL, Policy, Version};
 
 /// The namespace label by which Kubernetes' Pod Security admission is told what to enforce.
@@ -40,6 +42,9 @@ const LISTED: usize = 5;
 pub struct PodSecurity {
     /// The operator's own ServiceAccount, when known: nothing it makes runs as it.
     pub own_account: Option<ServiceAccountRef>,
+    /// The operator's own Secrets, when its namespace is known: nothing it makes references
+    /// them.
+    pub own_secrets: Option<OwnSecrets>,
     /// The API server's version (`GET /version`, read once at start), when known: the policy
     /// of a namespace that pins none, and the newest one that pins any.
     pub server: Option<Version>,
@@ -83,17 +88,20 @@ pub struct Review {
     pub baseline: Vec<Finding>,
     /// Where a pod template would run as the operator's own ServiceAccount.
     pub own_account: Option<Finding>,
+    /// Where the pod templates reference the operator's own Secrets, without repeats.
+    pub own_secrets: Vec<Finding>,
 }
 
 impl Review {
     /// Reviews `deployments` (each a Deployment as JSON, its pod template at
-    /// `spec.template`), to be made in `namespace`, against baseline as of `policy`; `own` is
-    /// the operator's ServiceAccount, when known. Findings repeated across the Deployments
-    /// (every variant shares the base's template) are listed once.
+    /// `spec.template`), to be made in `namespace`, against baseline as of `policy`; `own`
+    /// says what is the operator's (its ServiceAccount, its Secrets), when known. Findings
+    /// repeated across the Deployments (every variant shares the base's template) are listed
+    /// once.
     pub fn of<'a>(
         deployments: impl IntoIterator<Item = &'a Value>,
         namespace: &str,
-        own: Option<&ServiceAccountRef>,
+        own: &PodSecurity,
         policy: Policy,
     ) -> Review {
         const AT: &str = "deployment.spec.template";
@@ -101,17 +109,32 @@ impl Review {
             policy,
             baseline: Vec::new(),
             own_account: None,
+            own_secrets: Vec::new(),
+        };
+        let once = |found: Vec<Finding>, into: &mut Vec<Finding>| {
+            for finding in found {
+                if !into.contains(&finding) {
+                    into.push(finding);
+                }
+            }
         };
         for deployment in deployments {
             let template = deployment.pointer("/spec/template").unwrap_or(&Value::Null);
-            for finding in baseline_findings(template, AT, policy) {
-                if !review.baseline.contains(&finding) {
-                    review.baseline.push(finding);
-                }
-            }
+            once(
+                baseline_findings(template, AT, policy),
+                &mut review.baseline,
+            );
             if review.own_account.is_none() {
-                review.own_account =
-                    own.and_then(|own| own_account_finding(template, AT, namespace, own));
+                review.own_account = own
+                    .own_account
+                    .as_ref()
+                    .and_then(|own| own_account_finding(template, AT, namespace, own));
+            }
+            if let Some(secrets) = &own.own_secrets {
+                once(
+                    own_secret_findings(template, AT, namespace, secrets),
+                    &mut review.own_secrets,
+                );
             }
         }
         review
@@ -121,16 +144,22 @@ impl Review {
     /// refused whatever the labels say. Asked of a review under [`Policy::Strictest`], whose
     /// findings include those of every version.
     pub fn needs_namespace(&self) -> bool {
-        self.own_account.is_none() && !self.baseline.is_empty()
+        self.own_account.is_none() && self.own_secrets.is_empty() && !self.baseline.is_empty()
     }
 
     /// Why the Deployments may not be made in namespace `namespace`, whose opt-in is `label`
     /// (read only when [`Review::needs_namespace`]; `None` otherwise): the operator's own
-    /// ServiceAccount in any namespace, baseline findings unless the namespace is labelled
-    /// privileged. `None` when they may be made.
+    /// ServiceAccount in any namespace and its own Secrets, whatever the labels say; baseline
+    /// findings unless the namespace is labelled privileged. `None` when they may be made.
     pub fn refusal(&self, namespace: &str, label: Option<&NamespaceLabel>) -> Option<String> {
         if let Some(finding) = &self.own_account {
             return Some(format!("{finding}; refused in every namespace"));
+        }
+        if !self.own_secrets.is_empty() {
+            return Some(format!(
+                "{}; refused whatever the namespace's labels say",
+                listed(&self.own_secrets).join("; ")
+            ));
         }
         if self.baseline.is_empty() {
             return None;
@@ -150,15 +179,6 @@ impl Review {
                  not labelled; an operator installed for one namespace needs get on it"
             ),
         };
-        let mut listed: Vec<String> = self
-            .baseline
-            .iter()
-            .take(LISTED)
-            .map(Finding::to_string)
-            .collect();
-        if self.baseline.len() > LISTED {
-            listed.push(format!("and {} more", self.baseline.len() - LISTED));
-        }
         let pinned = match label {
             Some(NamespaceLabel::Read {
                 version: Some(version),
@@ -170,9 +190,22 @@ impl Review {
             "the pod template breaks Pod Security \"{}\"{pinned}: {}; the operator makes such \
              a Deployment only in a namespace labelled {ENFORCE_LABEL}={PRIVILEGED}, and {state}",
             self.policy,
-            listed.join("; ")
+            listed(&self.baseline).join("; ")
         ))
     }
+}
+
+/// The first [`LISTED`] of `findings`, and how many more there are.
+fn listed(findings: &[Finding]) -> Vec<String> {
+    let mut listed: Vec<String> = findings
+        .iter()
+        .take(LISTED)
+        .map(Finding::to_string)
+        .collect();
+    if findings.len() > LISTED {
+        listed.push(format!("and {} more", findings.len() - LISTED));
+    }
+    listed
 }
 
 /// The planned variants when the operator refuses their Deployments for `problem` (from

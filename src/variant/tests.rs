@@ -14,6 +14,7 @@ mod build;
 mod converge;
 mod devices;
 mod env;
+mod own_secrets;
 mod placement;
 mod placement_checks;
 mod pod_security;

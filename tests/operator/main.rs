@@ -38,6 +38,7 @@ mod lease_requests;
 mod lifecycle;
 mod memory;
 mod metrics;
+mod namespaces;
 mod oversized;
 mod placement;
 mod poison;

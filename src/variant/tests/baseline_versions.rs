@@ -274,7 +274,13 @@ fn the_refusal_names_the_version_and_the_pinned_label() {
         level: Some("baseline".into()),
         version: Some("latest".into()),
     };
-    let review = Review::of([&deployment], "team", None, label.policy(Some(Version(34))));
+    let unknown = PodSecurity::default();
+    let review = Review::of(
+        [&deployment],
+        "team",
+        &unknown,
+        label.policy(Some(Version(34))),
+    );
     assert!(!review.baseline.is_empty());
     let message = review.refusal("team", Some(&label)).unwrap_or_default();
     assert!(
@@ -293,7 +299,7 @@ fn the_refusal_names_the_version_and_the_pinned_label() {
     let review = Review::of(
         [&deployment],
         "team",
-        None,
+        &unknown,
         pinned.policy(Some(Version(34))),
     );
     assert_eq!(review.refusal("team", Some(&pinned)), None);

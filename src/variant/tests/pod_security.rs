@@ -38,6 +38,16 @@ fn own() -> ServiceAccountRef {
     }
 }
 
+/// What the operator knows of itself in these tests: its ServiceAccount [`own`], and its
+/// Secrets in namespace `team`.
+fn known() -> PodSecurity {
+    PodSecurity {
+        own_account: Some(own()),
+        own_secrets: Some(OwnSecrets::new("team", ["regcred".to_owned()])),
+        server: None,
+    }
+}
+
 /// A namespace read with `level` and `version` as its Pod Security labels.
 fn read(level: Option<&str>, version: Option<&str>) -> NamespaceLabel {
     NamespaceLabel::Read {
@@ -53,7 +63,7 @@ fn review(base: &Base, variants: &[crate::crd::Variant]) -> Review {
         Planned::Apply { object, .. } => Some(object),
         _ => None,
     });
-    Review::of(objects, "team", Some(&own()), Policy::At(Version(34)))
+    Review::of(objects, "team", &known(), Policy::At(Version(34)))
 }
 
 #[test]
@@ -153,7 +163,11 @@ fn the_operators_own_account_is_refused_even_in_a_privileged_namespace() {
     // Unknown (outside a cluster): not checked.
     let objects = [build(&named, &owner(), &variant("a", &[], 1))];
     let policy = Policy::At(Version(34));
-    assert_eq!(Review::of(&objects, "team", None, policy).own_account, None);
+    let unknown = PodSecurity::default();
+    assert_eq!(
+        Review::of(&objects, "team", &unknown, policy).own_account,
+        None
+    );
 }
 
 #[test]
