@@ -40,6 +40,7 @@ pub mod access;
 mod baseline;
 mod build;
 mod cmdline;
+pub mod commands;
 pub mod converge;
 pub mod devices;
 mod meta;

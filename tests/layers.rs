@@ -261,6 +261,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "totals",
             "access",
             "build",
+            "commands",
             "converge",
             "policy",
             "baseline",

@@ -243,6 +243,7 @@ impl From<VariantRequest> for Variant {
                 .map(ContainerOverride::from)
                 .collect(),
             service: None,
+            by_token: None,
         }
     }
 }

@@ -87,6 +87,13 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
             let planned = variant::plan(&parsed, &owner, obj.variants());
+            // Issue 35, item 1: a token's env never reaches a command line the base added later.
+            let planned = variant::commands::hold_command_lines(
+                planned,
+                &parsed,
+                obj.device_access(),
+                obj.variants(),
+            );
             let planned = match refused(&ctx, &owner, &planned).await? {
                 None => planned,
                 Some(problem) => {

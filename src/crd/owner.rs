@@ -9,6 +9,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::devices::DevicesSpec;
 use super::embedded::EmbeddedJson;
+use super::limits::DeviceAccess;
 use super::service::ServiceSpec;
 use super::spec::{MutantDeployment, Mutation, OwnerStatus, Variant};
 
@@ -73,6 +74,10 @@ pub trait OwnerResource:
     fn devices(&self) -> Option<&DevicesSpec> {
         None
     }
+    /// What a Mutation's token may ask (`spec.deviceAccess`), if the kind has tokens.
+    fn device_access(&self) -> Option<&DeviceAccess> {
+        None
+    }
 }
 
 impl OwnerResource for MutantDeployment {
@@ -107,6 +112,9 @@ impl OwnerResource for Mutation {
     }
     fn devices(&self) -> Option<&DevicesSpec> {
         self.spec.devices.as_deref()
+    }
+    fn device_access(&self) -> Option<&DeviceAccess> {
+        self.spec.device_access.as_deref()
     }
 }
 

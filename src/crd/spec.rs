@@ -65,6 +65,12 @@ pub struct Variant {
     /// Absent or `true`: it gets the owner's Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<bool>,
+
+    /// `true`: added by a Mutation's or a device's token through the HTTP API. Its env stays
+    /// held to `spec.deviceAccess.env` when the base changes: a name the base later passes to
+    /// a command line (`$(NAME)`) and the owner does not list makes the variant Invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_token: Option<bool>,
 }
 
 fn default_instances() -> i32 {
@@ -83,6 +89,7 @@ impl Default for Variant {
             tolerations: Vec::new(),
             containers: Vec::new(),
             service: None,
+            by_token: None,
         }
     }
 }

@@ -402,7 +402,8 @@ async fn a_variant_on_someone_elses_deployment_name_is_409() {
 
 /// R41 (issue 35, item 1): a base that passes `$(TITLE)` to its command line, as Kubernetes
 /// documents it: a device's TITLE would run as part of the command, so the token may not set
-/// it (403 naming the variable and the container) until the owner lists it; the admin may.
+/// it (403 naming the variable and the container) until the owner lists it; the admin may. A
+/// base that starts passing a name later holds back the token's variants that set it.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_name_on_the_base_command_line_is_not_a_devices_to_set() {
@@ -431,8 +432,57 @@ async fn a_name_on_the_base_command_line_is_not_a_devices_to_set() {
     assert_eq!(f.add_variant("web", &token, &fine).await.status, 201);
     let admin = json!({"label": "admin", "instances": 0, "env": {"TITLE": "lobby"}});
     assert_eq!(f.add_variant("web", ADMIN, &admin).await.status, 201);
+    // The base changed later to pass $(SCREEN) too: the token's variant that sets SCREEN is
+    // held back as Invalid, naming it, and keeps its Deployment as it was; the admin's is not.
+    f.wait_deployment("web-fine", "created", |_| true).await;
+    let mut changed = base("web");
+    changed["spec"]["template"]["spec"]["containers"][0]["command"] =
+        json!(["sh", "-c", "exec snap --title $(TITLE) --screen $(SCREEN)"]);
+    f.mutations()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deployment": changed}})),
+        )
+        .await
+        .unwrap();
+    let status = f
+        .wait_status::<Mutation>("web", "the token's variant held back", |s| {
+            s.variants.iter().any(|v| {
+                v.label == "fine"
+                    && v.state == VariantState::Invalid
+                    && v.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("$(SCREEN)"))
+            })
+        })
+        .await;
+    let admin_state = status
+        .variants
+        .iter()
+        .find(|v| v.label == "admin")
+        .map(|v| v.state);
+    assert_ne!(admin_state, Some(VariantState::Invalid), "{status:?}");
+    let kept = f.deployments().get("web-fine").await.unwrap();
+    let command = kept.spec.unwrap().template.spec.unwrap().containers[0]
+        .command
+        .clone();
+    assert_eq!(
+        command,
+        Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "exec snap --title $(TITLE)".into()
+        ])
+    );
     // Listed by the owner: allowed, and what listing it means is the owner's call.
     set_device_access(&f, "web", json!({"env": ["TITLE", "SCREEN"]})).await;
+    f.wait_status::<Mutation>("web", "the token's variant applied again", |s| {
+        s.variants
+            .iter()
+            .any(|v| v.label == "fine" && v.state != VariantState::Invalid)
+    })
+    .await;
     let listed = json!({"label": "listed", "instances": 0, "env": {"TITLE": "hall"}});
     let added = f.add_variant("web", &token, &listed).await;
     assert_eq!(added.status, 201, "{added:?}");

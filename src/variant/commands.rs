@@ -1,0 +1,105 @@
+//! What a token's variant may not pass to a command line once the base changes (issue 35,
+//! item 1; R41). The HTTP API refuses a token's env name that the base passes to a command
+//! line as `$(NAME)` unless the owner lists it in `spec.deviceAccess.env`; a base edited later
+//! to pass such a name would still run what a board sent. So a variant added by a token
+//! (`byToken`) that sets a name the base now passes to a command line, unlisted, is held back
+//! as Invalid, and its Deployment keeps what it had.
+
+use super::{access::env_targets, build::Planned, cmdline::command_line_names, validate::Base};
+use crate::crd::{Variant, limits::DeviceAccess};
+
+/// Why the token's variant `v` may not be applied over `base`: the first name it sets (in its
+/// env or a container's) that the base passes to a command line and `access` does not list.
+pub fn command_line_problem(
+    base: &Base,
+    access: Option<&DeviceAccess>,
+    v: &Variant,
+) -> Option<String> {
+    if v.by_token != Some(true) {
+        return None;
+    }
+    let listed = access.and_then(|a| a.env.as_deref()).unwrap_or_default();
+    let on_command_lines = command_line_names(base.value());
+    let set = v.env.iter().map(|(name, _)| name).chain(
+        v.containers
+            .iter()
+            .flat_map(|c| c.env.iter().map(|(name, _)| name)),
+    );
+    for name in set {
+        if env_targets(listed, name).is_some() {
+            continue;
+        }
+        if let Some((_, container)) = on_command_lines.iter().find(|(n, _)| n == name) {
+            return Some(format!(
+                "env {name:?}: set by a Mutation's token, and the base's container {container:?} \
+                 now passes $({name}) to its command line, so the value would run as part of it; \
+                 the owner may list it in spec.deviceAccess.env, or remove it from the variant"
+            ));
+        }
+    }
+    None
+}
+
+/// `planned` with each of `variants` (in the same order) that [`command_line_problem`] finds
+/// made Invalid.
+pub fn hold_command_lines(
+    planned: Vec<Planned>,
+    base: &Base,
+    access: Option<&DeviceAccess>,
+    variants: &[Variant],
+) -> Vec<Planned> {
+    planned
+        .into_iter()
+        .zip(variants)
+        .map(|(p, v)| match (p, command_line_problem(base, access, v)) {
+            (Planned::Apply { label, name, .. }, Some(message)) => Planned::Invalid {
+                label,
+                name,
+                message,
+            },
+            (p, _) => p,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // Issue 35, item 1: only a token's variant is held, only for an unlisted name the base
+    // passes to a command line, whether in its env or a container's.
+    #[test]
+    fn a_tokens_name_on_a_later_command_line_is_held() {
+        let mut value = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": "x",
+                                         "args": ["--title", "$(TITLE)"]}]}}}
+        });
+        let base = Base::parse(&value).unwrap_or_else(|e| panic!("{e}"));
+        let mut v = Variant {
+            label: "a".into(),
+            env: [("TITLE", "x; reboot")].into_iter().collect(),
+            ..Variant::default()
+        };
+        assert_eq!(command_line_problem(&base, None, &v), None, "the admin's");
+        v.by_token = Some(true);
+        let problem = command_line_problem(&base, None, &v).unwrap_or_default();
+        assert!(
+            problem.contains("$(TITLE)") && problem.contains("\"app\""),
+            "{problem}"
+        );
+        let listed = DeviceAccess {
+            env: Some(vec!["app/TITLE".into()]),
+            ..DeviceAccess::default()
+        };
+        assert_eq!(command_line_problem(&base, Some(&listed), &v), None);
+        value["spec"]["template"]["spec"]["containers"][0]["args"] =
+            json!(["--title", "$$(TITLE)"]);
+        let escaped = Base::parse(&value).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(command_line_problem(&escaped, None, &v), None);
+    }
+}
