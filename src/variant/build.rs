@@ -15,7 +15,9 @@ use super::placement::known_containers;
 use super::status::variant_state;
 use super::step::{Step, step_for};
 use super::validate::{Base, validate_variant};
-use crate::crd::{OwnerKind, StrMap, Variant, VariantState, VariantStatus};
+use crate::crd::{
+    OwnerKind, StrMap, Variant, VariantState, VariantStatus, limits::MAX_OBJECT_BYTES,
+};
 
 /// Annotations that other writers keep on a live Deployment; a base copied from one may carry
 /// them, and applying them would fight those writers.
@@ -313,10 +315,38 @@ impl Planned {
     }
 }
 
+/// `object`, unless it is over [`MAX_OBJECT_BYTES`] of JSON, which etcd would refuse to store
+/// (issue 35, item 6): measured only for a variant whose env could make it so.
+fn within_size(object: Value, v: &Variant) -> Result<Value, String> {
+    let env: usize = v
+        .env
+        .iter()
+        .map(|(k, val)| k.len() + val.len())
+        .sum::<usize>()
+        + v.containers
+            .iter()
+            .flat_map(|c| c.env.iter())
+            .map(|(k, val)| k.len() + val.len())
+            .sum::<usize>();
+    if env < MAX_OBJECT_BYTES / 64 {
+        return Ok(object);
+    }
+    let bytes = serde_json::to_vec(&object).map_or(0, |b| b.len());
+    if bytes > MAX_OBJECT_BYTES {
+        return Err(format!(
+            "its Deployment would be {bytes} bytes of JSON, more than the {MAX_OBJECT_BYTES} the \
+             operator writes (etcd stores about 1.5 MiB); its env is copied into each of the \
+             base's containers"
+        ));
+    }
+    Ok(object)
+}
+
 /// Plans every declared variant, in spec order (R4, R8, R9): a label that repeats an earlier
 /// one is a `Conflict` (the first keeps it, valid or not), a variant breaking R8 is `Invalid`,
-/// the rest are built. An owner whose name is too long for a label value makes every variant
-/// `Invalid`. Foreign Deployments are checked afterwards with [`Planned::check_existing`].
+/// the rest are built, unless too large to store (issue 35, item 6). An owner whose name is
+/// too long for a label value makes every variant `Invalid`. Foreign Deployments are checked
+/// afterwards with [`Planned::check_existing`].
 pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
     let owner_problem = unservable_name(owner.kind.kind(), &owner.name);
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
@@ -342,14 +372,15 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
                 .clone()
                 .map_or_else(|| validate_variant(base.name(), v), Err)
                 .and_then(|()| known_containers(base.value(), v));
-            match check {
+            let object = check.map(|()| build(base, owner, v));
+            match object.and_then(|object| within_size(object, v)) {
                 Err(message) => Planned::Invalid {
                     label,
                     name,
                     message,
                 },
-                Ok(()) => Planned::Apply {
-                    object: build(base, owner, v),
+                Ok(object) => Planned::Apply {
+                    object,
                     label,
                     name,
                     instances: v.instances,

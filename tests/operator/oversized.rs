@@ -49,6 +49,33 @@ async fn a_deployment_too_large_to_store_is_refused_up_front() {
     let fits = json!({"label": "fits", "env": env, "instances": 0});
     assert_eq!(f.add_variant("web", ADMIN, &fits).await.status, 201);
     f.wait_deployment("web-fits", "created", |_| true).await;
+
+    // Applied with kubectl (a MutantDeployment from git): the variant is Invalid with the
+    // size, and the rest converges.
+    let env: serde_json::Map<String, Value> = (0..64)
+        .map(|i| (format!("FILL_{i}"), json!("f".repeat(8000))))
+        .collect();
+    let md = mutant_deployment(
+        "wide",
+        wide_base("wide", 4),
+        json!([{"label": "big", "env": env, "instances": 0}, {"label": "small", "instances": 0}]),
+    );
+    f.apply::<MutantDeployment>(&md).await;
+    let status = f
+        .wait_status::<MutantDeployment>("wide", "big Invalid, small made", |s| {
+            let state = |l: &str| s.variants.iter().find(|v| v.label == l).map(|v| v.state);
+            state("big") == Some(VariantState::Invalid)
+                && state("small").is_some_and(|st| st != VariantState::Invalid)
+        })
+        .await;
+    let big = status.variants.iter().find(|v| v.label == "big").unwrap();
+    assert!(
+        big.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("bytes of JSON"),
+        "{big:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
