@@ -189,21 +189,6 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
             ),
         ));
     }
-    // Issue 35, item 4: a Mutation's token (an enrollment key too) has a budget of changes.
-    if let Caller::Mutation { name, .. } = &caller
-        && req.method() != Method::GET
-        && !state.token_writes.take(&caller)
-    {
-        let rate = state.token_writes.rate();
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "the token of Mutation {name:?} asked for too many changes: at most {} a \
-                 second, {} at once; retry later",
-                rate.per_second, rate.burst
-            ),
-        ));
-    }
     // A read that must reflect every write acknowledged before it, through any replica.
     if req.method() == Method::GET && fresh::wants_validation(req.headers()) {
         fresh::validate(state, &caller, ns, name).await?;
@@ -243,16 +228,22 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         Action::ListVariants => variants::list(state, &caller, ns, name).await,
         Action::AddVariant => {
             let body = read_json(state, req, limit, held).await?;
+            charge(state, &caller)?;
             variants::add(state, &caller, ns, name, body).await
         }
         Action::GetVariant => variants::get(state, &caller, at).await,
         Action::ScaleVariant => {
             let body = read_json(state, req, limit, held).await?;
+            charge(state, &caller)?;
             variants::scale(state, &caller, at, body).await
         }
-        Action::RemoveVariant => variants::remove(state, &caller, at).await,
+        Action::RemoveVariant => {
+            charge(state, &caller)?;
+            variants::remove(state, &caller, at).await
+        }
         Action::EnrollDevice => {
             let body = read_json(state, req, limit, held).await?;
+            charge(state, &caller)?;
             devices::enroll(state, &caller, ns, name, body).await
         }
         Action::ListDevices => devices::list(state, &caller, ns, name).await,
@@ -261,6 +252,27 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         Action::RotateToken => devices::rotate(state, &caller, ns, name, id).await,
         Action::Poll => devices::poll(state, &caller, ns, name).await,
     }
+}
+
+/// Charges a change to a Mutation's token (an enrollment key too), once its body has been
+/// read: 429 beyond its budget (issue 35, item 4). A request refused before it could write
+/// (a body too large, malformed, over the memory budget) costs nothing.
+fn charge(state: &ApiState, caller: &Caller) -> Result<(), ApiError> {
+    let Caller::Mutation { name, .. } = caller else {
+        return Ok(());
+    };
+    if state.token_writes.take(caller) {
+        return Ok(());
+    }
+    let rate = state.token_writes.rate();
+    Err(ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "the token of Mutation {name:?} asked for too many changes: at most {} a second, {} \
+             at once; retry later",
+            rate.per_second, rate.burst
+        ),
+    ))
 }
 
 /// Path parameters are Kubernetes names, checked before anything else is done with them: the

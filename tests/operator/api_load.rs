@@ -172,7 +172,7 @@ async fn two_hundred_concurrent_edits_of_one_mutation_all_land() {
     // R32: a Mutation's token may add a variant only while it has fewer than 20, unless its
     // owner says more: this one ends with 200.
     let create = json!({"name": NAME, "deployment": paused_base(), "variants": scaled,
-                        "deviceAccess": {"maxVariants": 250}});
+                        "deviceAccess": {"maxVariants": 250, "maxTotalInstances": 100000}});
     let created = f
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
