@@ -105,7 +105,8 @@ pub async fn run(config: Config) -> Result<()> {
         .map(http::tls::server_config)
         .transpose()?;
     let health = connect::Health::default();
-    let client = connect::client_with_health(USER_AGENT, &health).await?;
+    let watch_stale_after = Some(config.watch_stale_after);
+    let client = connect::client_with_health(USER_AGENT, &health, watch_stale_after).await?;
     let version = server_version(&client).await?;
     tracing::info!(
         server = %version.git_version,
