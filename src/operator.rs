@@ -149,6 +149,7 @@ pub async fn run(config: Config) -> Result<()> {
     let freshness = cache::Freshness {
         health,
         stale_after: Some(config.stale_after),
+        watch_stale_after,
     };
     let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref(), freshness);
     let pod_security = PodSecurity {
