@@ -50,8 +50,10 @@ mod secret;
 mod services;
 mod slots;
 mod small_devices;
+mod stalling;
 mod steady;
 mod tls;
+mod watch_silence;
 
 use std::time::Duration;
 
