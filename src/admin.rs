@@ -2,8 +2,10 @@
 //! API's Service does not name: `/metrics` (Prometheus text 0.0.4, or OpenMetrics for a
 //! client that prefers it, as Prometheus does), `/healthz` (the process answers) and
 //! `/readyz` (the caches are synced, the API server has answered within
-//! `MUTANT_STALE_AFTER_SECONDS`, the API knows which namespaces it serves, and the API
-//! listener would let a new connection in). Served by the same hardened loop as the API.
+//! `MUTANT_STALE_AFTER_SECONDS`, no watch has been silent for
+//! `MUTANT_WATCH_STALE_AFTER_SECONDS` since its last full list, the API knows which namespaces
+//! it serves, and the API listener would let a new connection in). Served by the same hardened
+//! loop as the API.
 
 use std::sync::Arc;
 
@@ -76,6 +78,11 @@ pub fn handle(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain; charset=utf-8",
                 "not ready: caches not synced\n".into(),
+            ),
+            Serving::Stale(cache) => http::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                format!("not ready: {}\n", crate::cache::stale_message(cache)),
             ),
             Serving::CutOff(silent) => http::text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -186,6 +193,7 @@ mod tests {
         let (caches, mut writers) = crate::cache::for_tests_with(crate::cache::Freshness {
             health: health.clone(),
             stale_after: Some(std::time::Duration::from_millis(20)),
+            ..Default::default()
         });
         writers.sync();
         let state = AdminState {
@@ -200,6 +208,29 @@ mod tests {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("has not answered"), "{body}");
         health.answered();
+        assert_eq!(get(&state, "/readyz").await.0, StatusCode::OK);
+    }
+
+    // Issue 35, item 7: a replica whose watch went silent is not ready until it has listed
+    // again.
+    #[tokio::test]
+    async fn readyz_is_503_while_a_watch_is_stale() {
+        let (caches, mut writers) = crate::cache::for_tests();
+        writers.sync();
+        let state = AdminState {
+            metrics: Arc::new(Metrics::new()),
+            caches,
+            api_connections: None,
+            api_listed: None,
+        };
+        writers.went_silent(crate::cache::Cache::Secrets);
+        let (status, body) = get(&state, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.contains("watch of Mutations' Secrets went silent"),
+            "{body}"
+        );
+        writers.sync();
         assert_eq!(get(&state, "/readyz").await.0, StatusCode::OK);
     }
 

@@ -59,6 +59,10 @@ pub struct Freshness {
     pub health: Health,
     /// How long it may fail to answer (`MUTANT_STALE_AFTER_SECONDS`); `None` for ever.
     pub stale_after: Option<std::time::Duration>,
+    /// How long a watch may go without an event or a bookmark: the client's bound on its
+    /// watchers' silence (`MUTANT_WATCH_STALE_AFTER_SECONDS`), from which the watches' own
+    /// timeout follows ([`stale::watch_timeout`]); `None` for no bound.
+    pub watch_stale_after: Option<std::time::Duration>,
 }
 
 /// Whether the caches are answered from (the API, `/readyz`).
@@ -71,6 +75,19 @@ pub enum Serving {
     /// The API server has not answered for this long, more than the bound: the caches may
     /// hold what is gone (a deleted Secret's token), so nothing is authorised from them.
     CutOff(std::time::Duration),
+    /// The watch of this cache went silent (neither an event nor a bookmark within
+    /// `MUTANT_WATCH_STALE_AFTER_SECONDS`) and has not listed again yet: as for `CutOff`,
+    /// nothing is authorised from the caches (issue 35, item 7).
+    Stale(Cache),
+}
+
+/// What [`Serving::Stale`] means, for the API's 503 and `/readyz`.
+pub fn stale_message(cache: Cache) -> String {
+    format!(
+        "this replica's watch of {cache} went silent (neither an event nor a bookmark within \
+         MUTANT_WATCH_STALE_AFTER_SECONDS) and is listing them again, so what it knows may be \
+         out of date"
+    )
 }
 
 impl Caches {
@@ -80,18 +97,25 @@ impl Caches {
         SERVED.iter().all(|&cache| state.listed(cache))
     }
 
-    /// Whether the caches may be answered from: synced, and not cut off from the API server
-    /// for longer than the bound (R26, R34). Clears by itself with the server's next answer.
+    /// Whether the caches may be answered from: synced, not cut off from the API server for
+    /// longer than the bound (R26, R34), and none of their watches silent since its last full
+    /// list (issue 35, item 7). Clears by itself with the server's next answer, and the next
+    /// full list.
     pub fn serving(&self) -> Serving {
         if !self.ready() {
             return Serving::Starting;
         }
-        match (
+        if let (Some(down), Some(bound)) = (
             self.freshness.health.unanswered_for(),
             self.freshness.stale_after,
-        ) {
-            (Some(down), Some(bound)) if down >= bound => Serving::CutOff(down),
-            _ => Serving::Yes,
+        ) && down >= bound
+        {
+            return Serving::CutOff(down);
+        }
+        let state = *self.changes.borrow();
+        match SERVED.iter().find(|&&cache| state.stale(cache)) {
+            Some(&cache) => Serving::Stale(cache),
+            None => Serving::Yes,
         }
     }
 
@@ -169,16 +193,20 @@ pub struct Feeds {
 /// they are polled; `freshness` says when they are too old to answer from.
 pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> (Caches, Feeds) {
     let (signal, changes) = watch::channel(CacheState::default());
-    let signal = Arc::new(signal);
-    let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, &signal);
-    let (mutations, mutation_owners) = owners::<Mutation>(client, namespace, &signal);
+    let watching = Watching {
+        signal: Arc::new(signal),
+        timeout: watch_timeout(freshness.watch_stale_after),
+    };
+    let w = &watching;
+    let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, w);
+    let (mutations, mutation_owners) = owners::<Mutation>(client, namespace, w);
     let md = OwnerKind::MutantDeployment;
-    let (md_deployments, md_feed) = deployments(client, namespace, md, &signal);
-    let (md_services, md_service_feed) = services(client, namespace, md, &signal);
+    let (md_deployments, md_feed) = deployments(client, namespace, md, w);
+    let (md_services, md_service_feed) = services(client, namespace, md, w);
     let m = OwnerKind::Mutation;
-    let (mutation_deployments, mutation_feed) = deployments(client, namespace, m, &signal);
-    let (mutation_services, mutation_service_feed) = services(client, namespace, m, &signal);
-    let (secrets, secret_feed) = secrets(client, namespace, &signal);
+    let (mutation_deployments, mutation_feed) = deployments(client, namespace, m, w);
+    let (mutation_services, mutation_service_feed) = services(client, namespace, m, w);
+    let (secrets, secret_feed) = secrets(client, namespace, w);
     let caches = Caches {
         mutant_deployments,
         mutations,
@@ -213,11 +241,11 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
 fn owners<K: OwnerResource + Cached>(
     client: &Client,
     namespace: Option<&str>,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
 ) -> (Store<K>, Feed<K>) {
     let config = watcher::Config::default();
     let cache = Cache::Owners(K::KIND);
-    let (store, events) = reflected(client, namespace, config, cache, signal, |_| {});
+    let (store, events) = reflected(client, namespace, config, cache, watching, |_| {});
     (store, Box::pin(events.applied_objects()))
 }
 
@@ -226,7 +254,7 @@ fn owners<K: OwnerResource + Cached>(
 fn secrets(
     client: &Client,
     namespace: Option<&str>,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
 ) -> (Store<CachedSecret>, Feed<Secret>) {
     let config = watcher::Config::default().labels(&generated_selector(OwnerKind::Mutation));
     let split = CachedSecret::split;
@@ -235,7 +263,7 @@ fn secrets(
         namespace,
         config,
         Cache::Secrets,
-        signal,
+        watching,
         split,
         |_, _| {},
     );
@@ -299,6 +327,11 @@ impl Writers {
         signalling(&self.signal, Cache::Owners(OwnerKind::MutantDeployment))(&event);
     }
 
+    /// Marks `cache` stale, as a watch that went silent does.
+    pub fn went_silent(&mut self, cache: Cache) {
+        state::mark_stale(&self.signal, cache);
+    }
+
     /// Delivers the end of the first full list to every cache readiness depends on.
     pub fn sync(&mut self) {
         self.mutant_deployment(watcher::Event::InitDone);
@@ -311,12 +344,14 @@ impl Writers {
 mod generated;
 mod index;
 mod reflect;
+mod stale;
 mod state;
 
 pub use generated::{DeploymentCache, ServiceCache};
 use generated::{deployments, services};
 use reflect::{Cached, reflected, reflected_as};
 pub use reflect::{Feed, generated_selector};
+use stale::{Watching, watch_timeout};
 #[cfg(test)]
 use state::signalling;
 pub use state::{Cache, CacheState};

@@ -27,6 +27,14 @@ pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
 pub const DEFAULT_API_BUFFER_MIB: usize = 8;
 /// Default `MUTANT_STALE_AFTER_SECONDS`: two Lease durations.
 pub const DEFAULT_STALE_AFTER_SECONDS: u64 = 30;
+/// How often kube-apiserver sends a bookmark on a watch that asked for them: its watch cache
+/// sends one about every minute (kubernetes/kubernetes#90249), and one 2 s before the watch's
+/// timeout. Measured on the test cluster (1.34.4): the first bookmark 60.4 s after the watch
+/// began, the next a minute later.
+pub const BOOKMARK_INTERVAL_SECONDS: u64 = 60;
+/// Default `MUTANT_WATCH_STALE_AFTER_SECONDS` (issue 35, item 7): a watch with neither an
+/// event nor a bookmark for twice the bookmark interval is stalled.
+pub const DEFAULT_WATCH_STALE_AFTER_SECONDS: u64 = 2 * BOOKMARK_INTERVAL_SECONDS;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +109,9 @@ pub struct Config {
     /// `MUTANT_STALE_AFTER_SECONDS`: how long the API server may fail to answer before this
     /// replica stops answering from its caches and reports not ready.
     pub stale_after: Duration,
+    /// `MUTANT_WATCH_STALE_AFTER_SECONDS`: how long a watch may go without an event or a
+    /// bookmark before its cache is not answered from and the watch lists again.
+    pub watch_stale_after: Duration,
     /// `MUTANT_METRICS_MAX_DEVICES`: the most devices (of all Mutations) that get metric series
     /// of their own; above it only the counts per state are exported.
     pub metrics_max_devices: usize,
@@ -240,6 +251,14 @@ impl Config {
             1,
             86_400,
         )?);
+        // At least 4 s: a watch asked to end after half of it still gets its bookmark 2 s
+        // before its end (see `cache::watch_timeout`).
+        let watch_stale_after = Duration::from_secs(whole(
+            "MUTANT_WATCH_STALE_AFTER_SECONDS",
+            DEFAULT_WATCH_STALE_AFTER_SECONDS,
+            4,
+            86_400,
+        )?);
         let metrics_max_devices = usize::try_from(whole(
             "MUTANT_METRICS_MAX_DEVICES",
             DEFAULT_METRICS_MAX_DEVICES as u64,
@@ -324,6 +343,7 @@ impl Config {
             api_max_connections,
             api_buffer_mib,
             stale_after,
+            watch_stale_after,
             metrics_max_devices,
             lease_duration,
             pod_namespace,

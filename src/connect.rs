@@ -97,18 +97,23 @@ pub fn source(
 /// A client for the API server named by the environment, sending `user_agent` with every
 /// request.
 pub async fn client(user_agent: &'static str) -> Result<Client> {
-    client_with_health(user_agent, &Health::default()).await
+    client_with_health(user_agent, &Health::default(), None).await
 }
 
-/// [`client`], recording into `health` whether the API server answers ([`health`]).
-pub async fn client_with_health(user_agent: &'static str, health: &Health) -> Result<Client> {
+/// [`client`], recording into `health` whether the API server answers, and failing the
+/// watchers' requests silent for `watch_silence` ([`health`]).
+pub async fn client_with_health(
+    user_agent: &'static str,
+    health: &Health,
+    watch_silence: Option<Duration>,
+) -> Result<Client> {
     let source = source(|name| std::env::var_os(name), Path::exists)?;
     let mut config = load(&source).await?;
     config.headers.push((
         hyper::header::USER_AGENT,
         HeaderValue::from_static(user_agent),
     ));
-    build_with(config, FILE_REFRESH, health)
+    build_with(config, FILE_REFRESH, health, watch_silence)
 }
 
 /// The kube configuration for a source.
@@ -185,12 +190,18 @@ pub fn build(config: kube::Config) -> Result<Client> {
 
 /// [`build`], with the interval after which a token file or CA file is read again.
 pub fn build_with_refresh(config: kube::Config, refresh: Duration) -> Result<Client> {
-    build_with(config, refresh, &Health::default())
+    build_with(config, refresh, &Health::default(), None)
 }
 
 /// [`build_with_refresh`], recording into `health` whether the API server answers; every call
-/// but the watchers' watches and paged lists has [`health::CALL_DEADLINE`].
-pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> Result<Client> {
+/// but the watchers' watches and paged lists has [`health::CALL_DEADLINE`], and those fail
+/// when silent for `watch_silence`.
+pub fn build_with(
+    config: kube::Config,
+    refresh: Duration,
+    health: &Health,
+    watch_silence: Option<Duration>,
+) -> Result<Client> {
     refuse_unsupported(&config).map_err(Error::kube_config)?;
     let credential =
         Credential::from_auth_info(&config.auth_info, refresh).map_err(Error::kube_config)?;
@@ -222,7 +233,7 @@ pub fn build_with(config: kube::Config, refresh: Duration, health: &Health) -> R
         .extra_headers_layer()
         .map_err(|e| Error::kube_config_from("headers", e))?;
     let service = ServiceBuilder::new()
-        .layer(HealthLayer::new(health.clone(), health::CALL_DEADLINE))
+        .layer(HealthLayer::new(health.clone(), health::CALL_DEADLINE).watch_silence(watch_silence))
         .layer(config.base_uri_layer())
         .option_layer(
             config
@@ -355,7 +366,7 @@ pub mod health;
 mod tls;
 
 use health::HealthLayer;
-pub use health::{DeadlineElapsed, Health};
+pub use health::{DeadlineElapsed, Health, WatchSilent};
 
 use tls::tls_config;
 

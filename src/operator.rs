@@ -105,7 +105,8 @@ pub async fn run(config: Config) -> Result<()> {
         .map(http::tls::server_config)
         .transpose()?;
     let health = connect::Health::default();
-    let client = connect::client_with_health(USER_AGENT, &health).await?;
+    let watch_stale_after = Some(config.watch_stale_after);
+    let client = connect::client_with_health(USER_AGENT, &health, watch_stale_after).await?;
     let version = server_version(&client).await?;
     tracing::info!(
         server = %version.git_version,
@@ -148,6 +149,7 @@ pub async fn run(config: Config) -> Result<()> {
     let freshness = cache::Freshness {
         health,
         stale_after: Some(config.stale_after),
+        watch_stale_after,
     };
     let (caches, feeds) = cache::start(&client, config.watch_namespace.as_deref(), freshness);
     let own_secrets = match &config.pod_namespace {

@@ -102,6 +102,12 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
                 ),
             ));
         }
+        // Issue 35, item 7: a watch went silent; what it fills is listed again.
+        Serving::Stale(cache) => {
+            let stale = crate::cache::stale_message(cache);
+            let message = format!("{stale}; try again, or another replica");
+            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message));
+        }
     }
     let Params {
         ns,

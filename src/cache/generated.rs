@@ -4,20 +4,19 @@
 
 use std::sync::Arc;
 
-use kube::{
-    Client,
-    runtime::{WatchStreamExt, reflector::Lookup, reflector::ObjectRef, reflector::Store, watcher},
-};
-use tokio::sync::watch;
-
 use super::{
     index::OwnerIndex,
     reflect::{Cached, Feed, generated_selector, reflected_as},
-    state::{Cache, CacheState},
+    stale::Watching,
+    state::Cache,
 };
 use crate::{
     crd::OwnerKind,
     variant::{DeploymentWire, HasMeta, ObservedDeployment, ObservedService},
+};
+use kube::{
+    Client,
+    runtime::{WatchStreamExt, reflector::Lookup, reflector::ObjectRef, reflector::Store, watcher},
 };
 
 /// The objects of one type generated for one owner kind: the store, and which are whose.
@@ -61,7 +60,7 @@ pub(super) fn deployments(
     client: &Client,
     namespace: Option<&str>,
     kind: OwnerKind,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
 ) -> (DeploymentCache, Feed<DeploymentWire>) {
     let cache = Cache::Deployments(kind);
     generated(
@@ -69,7 +68,7 @@ pub(super) fn deployments(
         namespace,
         kind,
         cache,
-        signal,
+        watching,
         DeploymentWire::split,
     )
 }
@@ -80,10 +79,10 @@ pub(super) fn services(
     client: &Client,
     namespace: Option<&str>,
     kind: OwnerKind,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
 ) -> (ServiceCache, Feed<ObservedService>) {
     let cache = Cache::Services(kind);
-    generated(client, namespace, kind, cache, signal, |s| (s.clone(), s))
+    generated(client, namespace, kind, cache, watching, |s| (s.clone(), s))
 }
 
 /// The objects of type `W` generated for owners of `kind` (those carrying its kind label),
@@ -94,7 +93,7 @@ fn generated<W, S>(
     namespace: Option<&str>,
     kind: OwnerKind,
     cache: Cache,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
     split: fn(W) -> (S, W),
 ) -> (Generated<S>, Feed<W>)
 where
@@ -109,7 +108,7 @@ where
         namespace,
         config,
         cache,
-        signal,
+        watching,
         split,
         move |event: &watcher::Event<S>, before: Option<&S>| indexing.apply(event, before),
     );

@@ -2,7 +2,7 @@
 //! the waiters of each change ([`super::state`]), and passes the objects on as a [`Feed`] for
 //! a controller to react to.
 
-use std::{pin::Pin, sync::Arc};
+use std::pin::Pin;
 
 use futures::{Stream, TryStreamExt};
 use k8s_openapi::{NamespaceResourceScope, api::core::v1::Secret};
@@ -14,9 +14,11 @@ use kube::{
         watcher,
     },
 };
-use tokio::sync::watch;
 
-use super::state::{Cache, CacheState, signalling};
+use super::{
+    stale::{Watching, relisting},
+    state::{Cache, signalling},
+};
 use crate::{
     crd::{MutantDeployment, Mutation, OwnerKind},
     variant::{DeploymentWire, KIND_LABEL, ObservedService},
@@ -63,7 +65,7 @@ pub fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
     namespace: Option<&str>,
     config: watcher::Config,
     cache: Cache,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
     also: F,
 ) -> (
     Store<K>,
@@ -71,12 +73,12 @@ pub fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
 ) {
     let api: Api<K> = scoped(client, namespace);
     let (store, writer) = reflector::store();
-    let events = watcher(api, config.page_size(LIST_PAGE))
+    let events = relisting(api, config.page_size(LIST_PAGE), cache, watching)
         .default_backoff()
         .modify(slim)
         .reflect(writer)
         .inspect_ok(also)
-        .inspect_ok(signalling(signal, cache));
+        .inspect_ok(signalling(&watching.signal, cache));
     (store, events)
 }
 
@@ -89,7 +91,7 @@ pub fn reflected_as<W, S, F>(
     namespace: Option<&str>,
     config: watcher::Config,
     cache: Cache,
-    signal: &Arc<watch::Sender<CacheState>>,
+    watching: &Watching,
     split: fn(W) -> (S, W),
     mut also: F,
 ) -> (
@@ -104,7 +106,7 @@ where
     let api: Api<W> = scoped(client, namespace);
     let (store, mut writer) = reflector::store::<S>();
     let reader = store.clone();
-    let events = watcher(api, config.page_size(LIST_PAGE))
+    let events = relisting(api, config.page_size(LIST_PAGE), cache, watching)
         .default_backoff()
         .modify(slim)
         .map_ok(move |event| {
@@ -119,7 +121,7 @@ where
             also(&kept, before.as_deref());
             passed
         })
-        .inspect_ok(signalling(signal, cache));
+        .inspect_ok(signalling(&watching.signal, cache));
     (store, events)
 }
 

@@ -1,7 +1,8 @@
 //! Which cache is which ([`Cache`]), and the progress every waiter reads ([`CacheState`]):
-//! a version bumped by each change, and which caches have had their first full list.
+//! a version bumped by each change, which caches have had their first full list, and which
+//! are stale: their watch went silent and they have not been listed again since.
 
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use kube::runtime::watcher;
 use tokio::sync::watch;
@@ -19,6 +20,18 @@ pub enum Cache {
     Secrets,
     /// The variants' Services generated for owners of a kind (R36).
     Services(OwnerKind),
+}
+
+impl fmt::Display for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, kind) = match self {
+            Cache::Owners(kind) => return write!(f, "{}s", kind.kind()),
+            Cache::Secrets => return f.write_str("Mutations' Secrets"),
+            Cache::Deployments(kind) => ("Deployments", kind),
+            Cache::Services(kind) => ("Services", kind),
+        };
+        write!(f, "{what} of {}s", kind.kind())
+    }
 }
 
 impl Cache {
@@ -42,6 +55,8 @@ pub struct CacheState {
     pub version: u64,
     /// One bit per [`Cache`] that has had its first full list.
     listed: u8,
+    /// One bit per [`Cache`] whose watch went silent and that has not been listed since.
+    stale: u8,
 }
 
 impl CacheState {
@@ -49,6 +64,20 @@ impl CacheState {
     pub fn listed(&self, cache: Cache) -> bool {
         self.listed & cache.bit() != 0
     }
+
+    /// Whether `cache`'s watch went silent and it has not been listed again since (issue 35,
+    /// item 7).
+    pub fn stale(&self, cache: Cache) -> bool {
+        self.stale & cache.bit() != 0
+    }
+}
+
+/// Tells every waiter that `cache`'s watch went silent: stale until its next full list.
+pub fn mark_stale(signal: &watch::Sender<CacheState>, cache: Cache) {
+    signal.send_modify(|state| {
+        state.version = state.version.wrapping_add(1);
+        state.stale |= cache.bit();
+    });
 }
 
 /// Tells every waiter of a change to `cache`, once the store has applied it.
@@ -64,6 +93,7 @@ pub fn signalling<K>(
                 state.version = state.version.wrapping_add(1);
                 if listed {
                     state.listed |= cache.bit();
+                    state.stale &= !cache.bit();
                 }
             });
         }

@@ -93,6 +93,7 @@ fn caches_cut_off_from_the_api_server_are_not_served_from() {
     let freshness = Freshness {
         health: health.clone(),
         stale_after: Some(Duration::from_millis(30)),
+        ..Freshness::default()
     };
     let (caches, mut writers) = for_tests_with(freshness);
     assert_eq!(caches.serving(), Serving::Starting);
@@ -109,9 +110,68 @@ fn caches_cut_off_from_the_api_server_are_not_served_from() {
     let (caches, mut writers) = for_tests_with(Freshness {
         health: health.clone(),
         stale_after: None,
+        ..Freshness::default()
     });
     writers.sync();
     health.failed();
     std::thread::sleep(Duration::from_millis(40));
     assert_eq!(caches.serving(), Serving::Yes);
+}
+
+/// Issue 35, item 7: a cache whose watch went silent is not served from until its watch has
+/// listed again; a cache the API does not read (the generated Deployments) is listed again
+/// without stopping the serving.
+#[test]
+fn caches_whose_watch_went_silent_are_not_served_from_until_listed_again() {
+    let (caches, mut writers) = for_tests();
+    writers.sync();
+    assert_eq!(caches.serving(), Serving::Yes);
+    writers.went_silent(Cache::Secrets);
+    assert_eq!(caches.serving(), Serving::Stale(Cache::Secrets));
+    let message = super::stale_message(Cache::Secrets);
+    assert!(
+        message.contains("watch of Mutations' Secrets went silent"),
+        "{message}"
+    );
+    // Events of the restarted watch's list do not clear it; the end of the list does.
+    writers.mutation(watcher::Event::Init);
+    assert_eq!(caches.serving(), Serving::Stale(Cache::Secrets));
+    writers.sync();
+    assert_eq!(caches.serving(), Serving::Yes);
+    writers.went_silent(Cache::Owners(OwnerKind::Mutation));
+    assert_eq!(
+        caches.serving(),
+        Serving::Stale(Cache::Owners(OwnerKind::Mutation))
+    );
+    assert_eq!(
+        Cache::Owners(OwnerKind::Mutation).to_string(),
+        "Mutations",
+        "as the messages name it"
+    );
+    writers.sync();
+    writers.went_silent(Cache::Deployments(OwnerKind::Mutation));
+    assert_eq!(caches.serving(), Serving::Yes);
+}
+
+/// Issue 35, item 7: the watches are asked to end early only when the bookmarks a minute apart
+/// would not come within the bound; then after half of it, so that the bookmark the API server
+/// sends 2 s before a watch's end comes in time.
+#[test]
+fn watches_end_early_only_under_a_bound_shorter_than_two_bookmarks() {
+    use super::stale::watch_timeout;
+    let secs = |s| Some(Duration::from_secs(s));
+    assert_eq!(watch_timeout(None), None);
+    assert_eq!(
+        watch_timeout(secs(120)),
+        None,
+        "the default: kube-runtime's 290 s"
+    );
+    assert_eq!(watch_timeout(secs(3600)), None);
+    assert_eq!(watch_timeout(secs(119)), Some(59));
+    assert_eq!(watch_timeout(secs(8)), Some(4));
+    assert_eq!(
+        watch_timeout(secs(4)),
+        Some(3),
+        "a bookmark 2 s before the end"
+    );
 }

@@ -216,12 +216,15 @@ fn api_namespaces_connections_and_staleness() {
     assert_eq!(c.api_max_connections, DEFAULT_API_MAX_CONNECTIONS);
     assert_eq!(c.api_buffer_mib, DEFAULT_API_BUFFER_MIB);
     assert_eq!(c.stale_after, Duration::from_secs(30));
+    // Issue 35, item 7: twice the API server's bookmark interval.
+    assert_eq!(c.watch_stale_after, Duration::from_secs(120));
     assert_eq!(c.metrics_max_devices, DEFAULT_METRICS_MAX_DEVICES);
     let c = config(&[
         ("MUTANT_API_NAMESPACES", " boards, kiosks ,"),
         ("MUTANT_API_MAX_CONNECTIONS", "64"),
         ("MUTANT_API_BUFFER_MIB", "2"),
         ("MUTANT_STALE_AFTER_SECONDS", "5"),
+        ("MUTANT_WATCH_STALE_AFTER_SECONDS", "6"),
         ("MUTANT_METRICS_MAX_DEVICES", "0"),
     ])
     .unwrap();
@@ -234,6 +237,7 @@ fn api_namespaces_connections_and_staleness() {
     // Issue 35, item 2.
     assert_eq!(c.api_buffer_mib, 2);
     assert_eq!(c.stale_after, Duration::from_secs(5));
+    assert_eq!(c.watch_stale_after, Duration::from_secs(6));
     assert_eq!(
         config(&[("MUTANT_API_NAMESPACES", " , ")])
             .unwrap()
@@ -247,6 +251,7 @@ fn api_namespaces_connections_and_staleness() {
         ("MUTANT_API_BUFFER_MIB", "0"),
         ("MUTANT_API_BUFFER_MIB", "1025"),
         ("MUTANT_STALE_AFTER_SECONDS", "0"),
+        ("MUTANT_WATCH_STALE_AFTER_SECONDS", "3"),
         ("MUTANT_METRICS_MAX_DEVICES", "100001"),
         ("MUTANT_METRICS_MAX_DEVICES", "-1"),
     ] {

@@ -7,9 +7,17 @@
 //! - **Deadlines.** A call other than a watch must have its answer, head and body, within
 //!   [`CALL_DEADLINE`]; after that it fails with [`DeadlineElapsed`] (which the HTTP API
 //!   answers 503 with `Retry-After`). A stalled API server (TCP accepted, nothing answered)
-//!   then costs a request 10 s, not forever. Watches are long-lived by design and keep only
-//!   the watcher's own idle timeout; the watchers' paged lists (`limit=`) are left to the
-//!   watchers' own backoff too.
+//!   then costs a request 10 s, not forever.
+//! - **Silence** (issue 35, item 7). The watchers' requests, watches and paged lists
+//!   (`limit=`), are long-lived by design and have no deadline; instead, when the layer is
+//!   given a bound ([`HealthLayer::watch_silence`]), each must have its head within the bound
+//!   or [`CALL_DEADLINE`], whichever is shorter (the API server answers a watch at once; a
+//!   dead connection from the pool then costs a new list 10 s, not the bound), and then each
+//!   next piece of its body within the bound, or it fails with [`WatchSilent`]. A watch that
+//!   asked for bookmarks (kube-runtime asks by default) hears from the API server at least
+//!   once a minute, so a watch silent for twice that is stalled (a dropped connection, a hung
+//!   server), where kube-runtime's own idle timeout would wait almost five minutes. The
+//!   caches (`crate::cache`) list such a watch again, and are not answered from meanwhile.
 //! - **Reachability.** Every answer (any status below 500, a watch's first bytes included)
 //!   marks the server reachable; every failure (no answer, the deadline, a 5xx, a call its
 //!   caller gave up on after waiting a second or more) marks it failing, from the first
@@ -53,6 +61,38 @@ impl fmt::Display for DeadlineElapsed {
 
 impl std::error::Error for DeadlineElapsed {}
 
+/// The error of a watcher's request (a watch or a paged list) that went without its head or
+/// without any more of its body (an event or a bookmark) for this long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSilent(pub Duration);
+
+impl fmt::Display for WatchSilent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the watch heard nothing (no answer, event or bookmark) from the Kubernetes API \
+             server for {} s",
+            self.0.as_secs()
+        )
+    }
+}
+
+impl std::error::Error for WatchSilent {}
+
+impl WatchSilent {
+    /// The silence that caused `error`, if any: found among its sources.
+    pub fn cause_of(error: &(dyn std::error::Error + 'static)) -> Option<WatchSilent> {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if let Some(silent) = error.downcast_ref::<WatchSilent>() {
+                return Some(*silent);
+            }
+            next = error.source();
+        }
+        None
+    }
+}
+
 /// Whether the API server answers: shared by every clone, cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Health(Arc<Mutex<Option<Instant>>>);
@@ -84,8 +124,8 @@ impl Health {
 
 /// Whether a request is one of the watchers': a watch (`watch=true` or `watch=1`), or a paged
 /// list (`limit=`), which the watchers make to fill their caches and which kube-runtime's
-/// backoff already retries. Those keep their own timeouts; the deadline is for the calls a
-/// request of the API or a reconcile waits on.
+/// backoff already retries. Those have a bound on their silence instead; the deadline is for
+/// the calls a request of the API or a reconcile waits on.
 fn is_watch<B>(request: &Request<B>) -> bool {
     request.uri().query().is_some_and(|query| {
         query
@@ -94,17 +134,27 @@ fn is_watch<B>(request: &Request<B>) -> bool {
     })
 }
 
-/// The [`Layer`] of [`Guard`]: deadlines and reachability (see the module).
+/// The [`Layer`] of [`Guard`]: deadlines, silences and reachability (see the module).
 #[derive(Clone, Debug)]
 pub struct HealthLayer {
     health: Health,
     deadline: Duration,
+    silence: Option<Duration>,
 }
 
 impl HealthLayer {
-    /// Records into `health`; calls other than watches get `deadline`.
+    /// Records into `health`; calls other than watches get `deadline`, watches no bound.
     pub fn new(health: Health, deadline: Duration) -> Self {
-        HealthLayer { health, deadline }
+        HealthLayer {
+            health,
+            deadline,
+            silence: None,
+        }
+    }
+
+    /// The watchers' requests fail when silent for `silence` (`None`: never).
+    pub fn watch_silence(self, silence: Option<Duration>) -> Self {
+        HealthLayer { silence, ..self }
     }
 }
 
@@ -116,6 +166,7 @@ impl<S> Layer<S> for HealthLayer {
             inner,
             health: self.health.clone(),
             deadline: self.deadline,
+            silence: self.silence,
         }
     }
 }
@@ -126,6 +177,7 @@ pub struct Guard<S> {
     inner: S,
     health: Health,
     deadline: Duration,
+    silence: Option<Duration>,
 }
 
 impl<S, Req, Res> Service<Request<Req>> for Guard<S>
@@ -144,8 +196,22 @@ where
     }
 
     fn call(&mut self, request: Request<Req>) -> Self::Future {
-        let deadline = (!is_watch(&request)).then(|| Instant::now() + self.deadline);
+        let watcher = is_watch(&request);
+        // A watcher's request has a bound on its silence (if any), every other call a deadline.
+        let silence = self.silence.filter(|_| watcher);
         let limit = self.deadline;
+        let head = if watcher {
+            silence.map(|bound| bound.min(limit))
+        } else {
+            Some(limit)
+        };
+        let deadline = head.map(|head| Instant::now() + head);
+        let expired = move || -> BoxError {
+            match (silence, head) {
+                (Some(_), Some(head)) => WatchSilent(head).into(),
+                _ => DeadlineElapsed(limit).into(),
+            }
+        };
         let health = self.health.clone();
         let answer = self.inner.call(request);
         Box::pin(async move {
@@ -157,7 +223,7 @@ where
             let answered = match deadline {
                 Some(at) => match tokio::time::timeout_at(at, answer).await {
                     Ok(answered) => answered.map_err(Into::into),
-                    Err(_elapsed) => Err(DeadlineElapsed(limit).into()),
+                    Err(_elapsed) => Err(expired()),
                 },
                 None => answer.await.map_err(Into::into),
             };
@@ -167,10 +233,16 @@ where
                 _ => health.failed(),
             }
             let response = answered?;
+            // A watcher's body gets its bound anew from its head on, and at each piece.
+            let deadline = match silence {
+                Some(bound) => Some(Instant::now() + bound),
+                None => deadline,
+            };
             Ok(response.map(|body| Timed {
                 inner: body,
                 sleep: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
                 limit,
+                silence,
                 health,
             }))
         })
@@ -198,11 +270,14 @@ impl Drop for Outstanding {
     }
 }
 
-/// A response body that must arrive before the call's deadline (none for a watch).
+/// A response body that must arrive before the call's deadline, or for a watcher's request
+/// (with a bound on its silence) each piece of which must follow the one before within the
+/// bound.
 pub struct Timed<B> {
     inner: B,
     sleep: Option<Pin<Box<Sleep>>>,
     limit: Duration,
+    silence: Option<Duration>,
     health: Health,
 }
 
@@ -219,6 +294,23 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let Some(bound) = this.silence {
+            // What has arrived is taken first: a reader that polls late is not silence.
+            let polled = Pin::new(&mut this.inner).poll_frame(cx);
+            if polled.is_ready() {
+                if let Some(sleep) = this.sleep.as_mut() {
+                    sleep.as_mut().reset(Instant::now() + bound);
+                }
+                return polled.map_err(Into::into);
+            }
+            if let Some(sleep) = this.sleep.as_mut()
+                && sleep.as_mut().poll(cx).is_ready()
+            {
+                this.sleep = None;
+                return Poll::Ready(Some(Err(WatchSilent(bound).into())));
+            }
+            return Poll::Pending;
+        }
         if let Some(sleep) = this.sleep.as_mut()
             && sleep.as_mut().poll(cx).is_ready()
         {
@@ -239,160 +331,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::{BodyExt as _, Empty, Full};
-    use tower::ServiceExt as _;
-
-    fn request(uri: &str) -> Request<()> {
-        Request::builder()
-            .uri(uri)
-            .body(())
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn watches_are_told_by_their_query() {
-        assert!(is_watch(&request(
-            "/api/v1/secrets?watch=true&labelSelector=a"
-        )));
-        assert!(is_watch(&request("/apis/x/v1/m?resourceVersion=1&watch=1")));
-        assert!(
-            is_watch(&request("/apis/x/v1/m?&limit=500")),
-            "a watcher's paged list"
-        );
-        assert!(!is_watch(&request(
-            "/api/v1/secrets?labelSelector=watch%3Dtrue"
-        )));
-        assert!(!is_watch(&request("/api/v1/secrets")));
-        assert!(!is_watch(&request("/api/v1/secrets?watch=false")));
-    }
-
-    #[test]
-    fn health_fails_from_the_first_failure_until_an_answer() {
-        let health = Health::default();
-        assert_eq!(health.unanswered_for(), None);
-        health.failed();
-        let first = health.unanswered_for();
-        assert!(first.is_some());
-        std::thread::sleep(Duration::from_millis(5));
-        health.failed();
-        // A later failure does not move the start.
-        assert!(health.unanswered_for() > first);
-        health.answered();
-        assert_eq!(health.unanswered_for(), None);
-    }
-
-    // Issue 25, item 9: a call without an answer fails at its deadline; a watch waits.
-    #[tokio::test(start_paused = true)]
-    async fn calls_that_stall_fail_at_their_deadline_and_watches_do_not() {
-        let health = Health::default();
-        let stalled = tower::service_fn(|_: Request<()>| {
-            std::future::pending::<Result<Response<Empty<Bytes>>, BoxError>>()
-        });
-        let layer = HealthLayer::new(health.clone(), Duration::from_secs(10));
-        let started = Instant::now();
-        let err = layer
-            .layer(stalled)
-            .oneshot(request("/api/v1/namespaces/a/secrets/b"))
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("a stalled call must fail"));
-        assert_eq!(started.elapsed(), Duration::from_secs(10));
-        assert!(
-            err.to_string().contains("did not answer within 10 s"),
-            "{err}"
-        );
-        assert!(health.unanswered_for().is_some());
-
-        let watch = layer
-            .layer(stalled)
-            .oneshot(request("/api/v1/secrets?watch=true"));
-        assert!(
-            tokio::time::timeout(Duration::from_secs(3600), watch)
-                .await
-                .is_err(),
-            "a watch has no deadline of this layer"
-        );
-    }
-
-    // Issue 25, item 8: a call its caller gives up on after a while (the Lease's own timeout)
-    // is a failure; one given up at once is not.
-    #[tokio::test(start_paused = true)]
-    async fn calls_given_up_on_count_as_failures() {
-        let health = Health::default();
-        let layer = HealthLayer::new(health.clone(), Duration::from_secs(10));
-        let stalled = tower::service_fn(|_: Request<()>| {
-            std::future::pending::<Result<Response<Empty<Bytes>>, BoxError>>()
-        });
-        let quick = tokio::time::timeout(
-            Duration::from_millis(10),
-            layer.layer(stalled).oneshot(request("/x")),
-        )
-        .await;
-        assert!(quick.is_err());
-        assert_eq!(health.unanswered_for(), None);
-        let late = tokio::time::timeout(
-            Duration::from_secs(3),
-            layer.layer(stalled).oneshot(request("/x")),
-        )
-        .await;
-        assert!(late.is_err());
-        assert!(health.unanswered_for().is_some());
-    }
-
-    // Issue 25, items 8 and 9: an answer clears the failures; a 5xx is one; a body that stalls
-    // past the deadline fails.
-    #[tokio::test(start_paused = true)]
-    async fn answers_and_failures_are_recorded() {
-        let health = Health::default();
-        let layer = HealthLayer::new(health.clone(), Duration::from_secs(10));
-        let answering = |status: u16| {
-            tower::service_fn(move |_: Request<()>| async move {
-                let mut response = Response::new(Full::new(Bytes::from_static(b"{}")));
-                *response.status_mut() =
-                    hyper::StatusCode::from_u16(status).unwrap_or_else(|e| panic!("{e}"));
-                Ok::<_, BoxError>(response)
-            })
-        };
-        let response = layer
-            .layer(answering(503))
-            .oneshot(request("/x"))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(response.status(), 503);
-        assert!(health.unanswered_for().is_some());
-        let response = layer
-            .layer(answering(404))
-            .oneshot(request("/x"))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(health.unanswered_for(), None);
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(body.to_bytes(), Bytes::from_static(b"{}"));
-
-        // A head at once, then a body that never ends.
-        let slow_body = tower::service_fn(|_: Request<()>| async {
-            Ok::<_, BoxError>(Response::new(http_body_util::StreamBody::new(
-                futures::stream::pending::<Result<Frame<Bytes>, std::convert::Infallible>>(),
-            )))
-        });
-        let response = layer
-            .layer(slow_body)
-            .oneshot(request("/x"))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let err = response
-            .into_body()
-            .collect()
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("a stalled body must fail"));
-        assert!(err.to_string().contains("did not answer"), "{err}");
-        assert!(health.unanswered_for().is_some());
-    }
-}
+mod tests;

@@ -1,66 +1,19 @@
 //! Issue 25, items 8 and 9 (R34): a replica whose API server stalls. It reaches the API server
-//! through a TCP proxy of the test's that can stall: accept connections and pass nothing on,
-//! either way, as a hung API server or a network that drops packets would. A call then ends at
-//! its deadline (503 with `Retry-After`, not a request left without an answer); once the
-//! server has not answered for `MUTANT_STALE_AFTER_SECONDS`, the replica stops authorising
-//! from its caches (they may hold a token whose Secret is gone) and reports not ready; when the
-//! server answers again it recovers by itself.
+//! through a TCP proxy of the test's that can stall ([`StallingProxy`]): accept connections and
+//! pass nothing on, either way, as a hung API server or a network that drops packets would. A
+//! call then ends at its deadline (503 with `Retry-After`, not a request left without an
+//! answer); once the server has not answered for `MUTANT_STALE_AFTER_SECONDS`, the replica
+//! stops authorising from its caches (they may hold a token whose Secret is gone) and reports
+//! not ready; when the server answers again it recovers by itself.
 
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Secret;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::watch,
-};
 
-use super::{replicas::kubeconfig_through, *};
-
-/// Copies `from` to `to` while `open` is true; holds what it read while it is false.
-async fn pass(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut open: watch::Receiver<bool>,
-) {
-    let mut buf = vec![0u8; 64 * 1024];
-    while let Ok(n) = from.read(&mut buf).await {
-        if n == 0 || open.wait_for(|open| *open).await.is_err() {
-            break;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-}
-
-/// A TCP proxy to `upstream` that passes bytes both ways while `open` is true and stalls
-/// while it is false: new connections are accepted and then held. Returns its port.
-async fn stalling_proxy(upstream: String, open: watch::Receiver<bool>) -> u16 {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let (upstream, mut open) = (upstream.clone(), open.clone());
-            tokio::spawn(async move {
-                if open.wait_for(|open| *open).await.is_err() {
-                    return;
-                }
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    return;
-                };
-                let (client_read, client_write) = client.into_split();
-                let (server_read, server_write) = server.into_split();
-                tokio::spawn(pass(client_read, server_write, open.clone()));
-                pass(server_read, client_write, open).await;
-            });
-        }
-    });
-    port
-}
+use super::{replicas::kubeconfig_through, stalling::StallingProxy, *};
 
 /// `/readyz` of the replica: status and body.
-async fn readyz(port: u16) -> (u16, String) {
+pub(super) async fn readyz(port: u16) -> (u16, String) {
     let reply = common::http::request(port, "GET", "/readyz", None, None).await;
     (reply.status, reply.body)
 }
@@ -75,9 +28,8 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     let upstream = kubeconfig_through(0, &kubeconfig);
-    let (open, opened) = watch::channel(true);
-    let proxy = stalling_proxy(upstream, opened).await;
-    kubeconfig_through(proxy, &kubeconfig);
+    let proxy = StallingProxy::start(upstream).await;
+    kubeconfig_through(proxy.port, &kubeconfig);
     let kubeconfig = kubeconfig.display().to_string();
     let operator = Operator::start_with(
         &ns.name,
@@ -112,7 +64,7 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
 
     // The API server stalls. Item 9: a device's POST, which needs the server (its dry run),
     // is answered at the call's deadline, with Retry-After; it was left without an answer.
-    open.send_replace(false);
+    proxy.stall_all();
     let began = Instant::now();
     let add = json!({"label": "b", "instances": 0}).to_string();
     let added = common::http::request(
@@ -159,7 +111,7 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
 
     // The server answers again: ready again by itself, and the deleted Secret's token is
     // refused (the leader makes the Mutation a new Secret, with a new token).
-    open.send_replace(true);
+    proxy.open();
     wait_for("the replica to be ready again", CONVERGE, || async {
         let (status, body) = readyz(metrics).await;
         (status == 200).then_some(()).ok_or(body)

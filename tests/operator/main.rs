@@ -52,9 +52,11 @@ mod secret;
 mod services;
 mod slots;
 mod small_devices;
+mod stalling;
 mod steady;
 mod tls;
 mod totals;
+mod watch_silence;
 mod writes;
 
 use std::time::Duration;
