@@ -146,6 +146,22 @@ async fn a_variant_refused_by_a_quota_or_a_policy_is_invalid_and_the_rest_conver
         }
     })
     .await;
+    // The API server's quota admission reads the quota from a cache of its own: wait until a
+    // dry run of another Deployment is refused for it, as d's will be.
+    wait_for("the quota to refuse a dry run", CONVERGE, || async {
+        let probe = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                           "metadata": {"name": "quota-probe"}, "spec": base("probe")["spec"]});
+        let probe: Deployment = common::from_json(probe);
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        match f.deployments().create(&dry, &probe).await {
+            Err(kube::Error::Api(e)) if e.message.contains("exceeded quota") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     let over = json!({ "label": "d", "instances": 0 });
     let reply = f.add_variant("m", &token, &over).await;
     reply.assert_refused(403, &["exceeded quota"]);

@@ -57,7 +57,7 @@ async fn a_token_or_an_address_holds_only_its_share_of_busy_connections() {
     .await;
     wait_api(f.operator.api_port, &f.ns.name).await;
     let mut tokens = Vec::new();
-    for name in ["one", "two", "three"] {
+    for name in ["one", "two", "three", "four"] {
         let create = json!({"name": name, "deployment": base(name),
                             "variants": [{"label": "a", "instances": 0}]});
         let created = f
@@ -73,7 +73,7 @@ async fn a_token_or_an_address_holds_only_its_share_of_busy_connections() {
     let hostile = Ipv4Addr::new(127, 0, 0, 2);
     let mut held = Vec::new();
     let mut refused = 0;
-    for (name, token) in &tokens {
+    for (name, token) in &tokens[..3] {
         for _ in 0..12 {
             let mut stream = connect_from(hostile, port).await;
             stream
@@ -101,13 +101,14 @@ async fn a_token_or_an_address_holds_only_its_share_of_busy_connections() {
         "only {refused} of 36 refused: more than 20 are busy"
     );
 
-    // Everyone else is served: the admin, and a board with one of the same tokens from its own
-    // address; the replica says it is ready.
+    // Everyone else is served: the admin, and a board with another Mutation's token from its
+    // own address; the replica says it is ready. (A board holding one of the host's tokens
+    // shares that token's quarter, by design.)
     let admin = Ipv4Addr::new(127, 0, 0, 3);
     let got = get_from(&f, admin, "one", ADMIN).await;
     assert_eq!(got.status, 200, "{got:?}");
     let board = Ipv4Addr::new(127, 0, 0, 4);
-    let got = get_from(&f, board, "two", &tokens[1].1).await;
+    let got = get_from(&f, board, "four", &tokens[3].1).await;
     assert_eq!(got.status, 200, "{got:?}");
     let ready = readyz(&f).await;
     assert_eq!(ready.status, 200, "{ready:?}");
@@ -172,22 +173,32 @@ async fn a_young_connection_is_never_closed_for_another_and_readyz_tells_saturat
 
     // Eight machines with one new connection each: none may be closed for a ninth, so the
     // listener refuses new ones, and /readyz says so until they are old enough to make room.
+    // (Connected is not yet accepted: the server takes them from its backlog in a moment; and
+    // a flood connection the server has not seen close yet can take one of the eight slots
+    // for a moment, so the eight try again, fresh, until the listener is full of them.)
+    let mut found = None;
     let mut eight = Vec::new();
-    for n in 20..28 {
-        eight.push(connect_from(Ipv4Addr::new(127, 0, 0, n), port).await);
-    }
-    // (Connected is not yet accepted: the server takes them from its backlog in a moment.)
-    let ready = wait_for(
-        "/readyz 503 at saturation",
-        Duration::from_secs(4),
-        || async {
+    for _attempt in 0..5 {
+        eight.clear();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for n in 20..28 {
+            eight.push(connect_from(Ipv4Addr::new(127, 0, 0, n), port).await);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while found.is_none() && tokio::time::Instant::now() < deadline {
             let ready = readyz(&f).await;
-            (ready.status == 503)
-                .then_some(ready.clone())
-                .ok_or(ready.status)
-        },
-    )
-    .await;
+            if ready.status == 503 {
+                found = Some(ready);
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        if found.is_some() {
+            break;
+        }
+    }
+    let ready =
+        found.unwrap_or_else(|| panic!("/readyz never said 503 with eight new connections"));
     assert!(ready.body.contains("connections"), "{ready:?}");
     wait_for("/readyz 200 again", Duration::from_secs(15), || async {
         let ready = readyz(&f).await;
