@@ -322,15 +322,50 @@ node_tokens() {
 
 # --- starting -------------------------------------------------------------------------------------
 
+# Whether anything of the cluster in state dir $1 still runs (its control plane or its node).
+cluster_alive_in() {
+  local f pid bin exe
+  for f in "$1"/pids/*.pid; do
+    [[ -f $f ]] || continue
+    { read -r pid; read -r bin; } <"$f" || true
+    [[ ${pid:-} =~ ^[0-9]+$ && -n ${bin:-} ]] || continue
+    alive "$pid" || continue
+    exe=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1) || continue
+    [[ $exe == "$bin" ]] && return 0
+  done
+  return 1
+}
+
+# The real node is one per machine. A cluster that holds it and still runs is waited for
+# (MUTANTOPS_NODE_WAIT_SECONDS, 30 min by default, with a line every 30 s); one whose processes
+# are all gone (killed with its session, a machine that lost power) is brought down first, so
+# that the sysctls and iptables it changed are put back from its own snapshots.
 node_claim() {
-  local owner
+  local owner waited=0 limit=${MUTANTOPS_NODE_WAIT_SECONDS:-1800}
+  [[ $limit =~ ^[0-9]+$ ]] || die "MUTANTOPS_NODE_WAIT_SECONDS must be a number of seconds, not '$limit'"
+  # One claimer at a time (closed below, so that containerd and the kubelet do not inherit it).
+  exec 9>/run/mutantops-node.lock
+  flock 9
+  while :; do
+    owner=$(cat "$NODE_RUN/owner" 2>/dev/null || true)
+    [[ -n $owner && $owner != "$STATE" && -f $owner/real-node ]] || break
+    if ! cluster_alive_in "$owner"; then
+      log "the real node's last owner, the cluster in $owner, no longer runs: bringing it down" \
+          "to put the machine back as it found it"
+      MUTANTOPS_CLUSTER_DIR=$owner "$0" down \
+        || die "could not clean up after the cluster in $owner: run MUTANTOPS_CLUSTER_DIR=$owner $0 down"
+      continue
+    fi
+    ((waited < limit)) || die "the real node of this machine still belongs to the cluster in" \
+      "$owner after ${limit}s: run MUTANTOPS_CLUSTER_DIR=$owner $0 down first"
+    ((waited % 30 == 0)) && log "the real node of this machine belongs to the running cluster in" \
+      "$owner; waiting for it to go down (${waited}s of ${limit}s)"
+    sleep 5
+    waited=$((waited + 5))
+  done
   mkdir -p "$NODE_RUN"
-  owner=$(cat "$NODE_RUN/owner" 2>/dev/null || true)
-  if [[ -n $owner && $owner != "$STATE" && -f $owner/real-node ]]; then
-    die "the real node of this machine belongs to the cluster in $owner: run" \
-        "MUTANTOPS_CLUSTER_DIR=$owner $0 down first"
-  fi
   echo "$STATE" >"$NODE_RUN/owner"
+  exec 9>&-
 }
 
 crio_ready() { crictl info >/dev/null; }
