@@ -20,6 +20,7 @@ mod packed;
 mod placement;
 mod print;
 mod service;
+pub mod sleep;
 mod spec;
 mod strmap;
 
@@ -35,6 +36,7 @@ pub use service::{
     IpFamily, IpFamilyPolicy, MAX_CIDR, MAX_SERVICE_PORTS, MAX_SOURCE_RANGES, ServicePortSpec,
     ServiceProtocol, ServiceSpec, ServiceType, TrafficPolicy, VariantService, VariantServicePort,
 };
+pub use sleep::{PollStats, QuietHours, SleepSpec, SleepState, VariantSleep, WakeCause};
 pub use spec::{
     Condition, MutantDeployment, MutantDeploymentSpec, Mutation, MutationSpec, OwnerStatus,
     Variant, VariantState, VariantStatus,

@@ -237,6 +237,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "embedded",
             "placement",
             "service",
+            "sleep",
             "devices",
             "spec",
             "print",

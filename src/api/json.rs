@@ -70,6 +70,7 @@ impl From<DevicesRequest> for DevicesSpec {
             late_after: r.late_after,
             gone_after: r.gone_after,
             persist_every: r.persist_every,
+            sleep: None,
         }
     }
 }
@@ -244,6 +245,7 @@ impl From<VariantRequest> for Variant {
                 .collect(),
             service: None,
             by_token: None,
+            sleep: None,
         }
     }
 }

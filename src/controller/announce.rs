@@ -57,7 +57,7 @@ pub fn problems(status: &OwnerStatus) -> Vec<Problem> {
         let reason = match v.state {
             VariantState::Invalid => "VariantInvalid",
             VariantState::Conflict => "VariantConflict",
-            VariantState::Progressing | VariantState::Ready => continue,
+            VariantState::Progressing | VariantState::Ready | VariantState::Idle => continue,
         };
         let nth = status.variants[..i]
             .iter()

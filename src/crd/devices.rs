@@ -10,6 +10,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::sleep::{PollStats, SleepSpec};
+
 /// Default of [`DevicesSpec::max_devices`].
 pub const DEFAULT_MAX_DEVICES: i32 = 50;
 /// Most devices one Mutation may have: its devices Secret and status stay far below the 1 MiB
@@ -69,6 +71,12 @@ pub struct DevicesSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
     pub persist_every: Option<String>,
+
+    /// Variants sleep with their devices: scaled to zero while no device needs them, started
+    /// ahead of their devices' polls, and (made by enrollment) removed when their devices are
+    /// gone. Absent: variants never sleep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<SleepSpec>,
 }
 
 /// A duration as Kubernetes writes one, in whole seconds, minutes and hours.
@@ -156,6 +164,9 @@ pub struct DeviceStatus {
     /// What it said of itself.
     #[serde(default, skip_serializing_if = "Reported::is_empty")]
     pub reported: Reported,
+    /// Its polls (Mutations whose variants sleep): the last, how often, how punctual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<PollStats>,
 }
 
 /// How many devices are in each state.

@@ -13,6 +13,7 @@ use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
 use super::placement::{ContainerOverride, Toleration};
 use super::service::{ServiceSpec, VariantService};
+use super::sleep::VariantSleep;
 use super::strmap::StrMap;
 use super::{limits, placement};
 
@@ -71,6 +72,9 @@ pub struct Variant {
     /// a command line (`$(NAME)`) and the owner does not list makes the variant Invalid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_token: Option<bool>,
+    /// `false`: the variant never sleeps, even when `spec.devices.sleep` is set (pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<bool>,
 }
 
 fn default_instances() -> i32 {
@@ -90,6 +94,7 @@ impl Default for Variant {
             containers: Vec::new(),
             service: None,
             by_token: None,
+            sleep: None,
         }
     }
 }
@@ -269,6 +274,9 @@ pub enum VariantState {
     /// The variant cannot be applied (bad label, env name or instances), or its Service cannot
     /// be made; see message.
     Invalid,
+    /// Asleep (spec.devices.sleep): its Deployment is at zero replicas while no device needs
+    /// it; `instances` is kept for when it wakes. The message says why.
+    Idle,
     /// The label repeats, or the Deployment or Service name belongs to someone else; see
     /// message.
     Conflict,
@@ -281,6 +289,7 @@ impl VariantState {
             VariantState::Progressing => "Progressing",
             VariantState::Ready => "Ready",
             VariantState::Invalid => "Invalid",
+            VariantState::Idle => "Idle",
             VariantState::Conflict => "Conflict",
         }
     }
@@ -306,6 +315,9 @@ pub struct VariantStatus {
     /// exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<VariantService>,
+    /// Whether it sleeps now and why (Mutations with spec.devices.sleep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<VariantSleep>,
 }
 
 /// A standard Kubernetes condition (`type`, `status`, `reason`, `message`,

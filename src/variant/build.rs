@@ -311,6 +311,7 @@ impl Planned {
             replicas,
             ready_replicas,
             service: None,
+            sleep: None,
         }
     }
 }

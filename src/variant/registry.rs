@@ -69,6 +69,7 @@ impl DeviceRecord {
             last_seen: self.enrolled_at.clone(),
             state: DeviceState::Online,
             reported: Reported::default(),
+            poll: None,
         }
     }
 }

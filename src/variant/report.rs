@@ -80,6 +80,7 @@ pub fn held_statuses<'a>(
                 replicas,
                 ready_replicas: ready,
                 service: None,
+                sleep: None,
             }
         })
         .collect()
