@@ -43,6 +43,7 @@ mod cmdline;
 pub mod commands;
 pub mod converge;
 pub mod devices;
+pub mod sleep;
 mod meta;
 mod names;
 mod observed;

@@ -38,13 +38,18 @@ pub fn variant_state(instances: i32, dep: Option<&ObservedDeployment>) -> (Varia
 }
 
 /// `"N/M variants ready"` (R3, R11); M counts every declared variant, invalid and conflicting
-/// ones too.
+/// ones too. An idle variant (R42) is as its owner wants it, so it counts as ready, and the
+/// summary says how many are: `"5/5 variants ready (3 idle)"`.
 pub fn summary(statuses: &[VariantStatus]) -> String {
-    let ready = statuses
-        .iter()
-        .filter(|s| s.state == VariantState::Ready)
-        .count();
-    format!("{ready}/{} variants ready", statuses.len())
+    let count = |state| statuses.iter().filter(|s| s.state == state).count();
+    let idle = count(VariantState::Idle);
+    let ready = count(VariantState::Ready) + idle;
+    let total = statuses.len();
+    if idle == 0 {
+        format!("{ready}/{total} variants ready")
+    } else {
+        format!("{ready}/{total} variants ready ({idle} idle)")
+    }
 }
 
 /// The standard `Ready` condition (R11). True exactly when the summary is `N/N`: no base error

@@ -21,6 +21,7 @@ mod pod_security;
 mod refusal;
 mod report;
 mod service;
+mod sleep;
 mod status;
 mod validate;
 

@@ -1,0 +1,240 @@
+//! R42, issue 36: when a sleeping variant is up, without a cluster.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{
+    DeviceState, DeviceStatus, PollStats, Reported, SleepSpec, SleepState, VariantSleep,
+    WakeCause,
+};
+use crate::variant::devices::rfc3339;
+use crate::variant::sleep::*;
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn policy() -> SleepPolicy {
+    SleepPolicy {
+        idle_after: Duration::from_secs(60),
+        warmup: Duration::from_secs(10),
+        keep_warm: Duration::from_secs(20),
+        expire_after: Duration::from_secs(600),
+        max_wake_per_hour: 30,
+        site_silent_min: 5,
+    }
+}
+
+/// A device of the variant that last polled at `last` (seconds), every `interval`.
+fn device(id: &str, last: i64, interval: Option<u32>, state: DeviceState) -> DeviceStatus {
+    DeviceStatus {
+        id: id.into(),
+        variant: "v".into(),
+        enrolled_at: rfc3339(t(-1000)),
+        last_seen: rfc3339(t(last)),
+        state,
+        reported: Reported::default(),
+        poll: Some(PollStats {
+            last: rfc3339(t(last)),
+            interval_seconds: interval,
+            lateness_seconds: None,
+        }),
+    }
+}
+
+fn moment(now: i64) -> Moment {
+    Moment {
+        now: t(now),
+        quiet_until: None,
+        site_silent: false,
+    }
+}
+
+fn run(devices: &[DeviceStatus], previous: Option<&VariantSleep>, m: &Moment) -> Decision {
+    let refs: Vec<&DeviceStatus> = devices.iter().collect();
+    let sleeper = Sleeper {
+        devices: &refs,
+        previous,
+        late_after: Duration::from_secs(300),
+    };
+    decide(&policy(), &sleeper, m)
+}
+
+fn state(s: SleepState, since: i64) -> VariantSleep {
+    VariantSleep {
+        state: s,
+        since: rfc3339(t(since)),
+        reason: String::new(),
+        cause: None,
+        wakes: Vec::new(),
+    }
+}
+
+// R42, issue 36 item 4: a display polling every 100 s: up from warmup + margin before each
+// expected poll to keepWarm + margin after it, down between, and told when to look again
+#[test]
+fn a_variant_is_up_around_each_expected_poll_and_down_between() {
+    let d = [device("a", 0, Some(100), DeviceState::Online)];
+    let awake = state(SleepState::Awake, 0);
+    // within keepWarm of the poll: up, looked at again when keepWarm ends
+    let at5 = run(&d, Some(&awake), &moment(5));
+    assert_eq!(at5.sleep.state, SleepState::Awake);
+    assert_eq!(at5.sleep.cause, Some(WakeCause::Poll));
+    assert_eq!(at5.next, Some(Duration::from_secs(15)));
+    // keepWarm over: down, until 100 - 10 (warmup) - 2 (margin) = 88
+    let at20 = run(&d, Some(&awake), &moment(20));
+    assert_eq!(at20.sleep.state, SleepState::Idle);
+    assert_eq!(at20.sleep.since, rfc3339(t(20)));
+    assert!(at20.sleep.reason.contains("next poll"), "{}", at20.sleep.reason);
+    assert_eq!(at20.next, Some(Duration::from_secs(68)));
+    // at 88 it starts, ahead of the poll, and one wake is counted
+    let at88 = run(&d, Some(&at20.sleep), &moment(88));
+    assert_eq!(at88.sleep.state, SleepState::Awake);
+    assert_eq!(at88.woke, Some(WakeCause::Ahead));
+    assert_eq!(at88.sleep.wakes, [rfc3339(t(88))]);
+    // the device did not come: the window ends at 100 + 2 + 20
+    assert_eq!(at88.next, Some(Duration::from_secs(34)));
+    let at122 = run(&d, Some(&at88.sleep), &moment(122));
+    assert_eq!(at122.sleep.state, SleepState::Idle);
+    // and the next window is the poll after, at 200
+    assert_eq!(at122.next, Some(Duration::from_secs(188 - 122)));
+}
+
+// R42, issue 36 item 3: a poll of an idle variant wakes it (the poll is persisted first)
+#[test]
+fn a_poll_wakes_an_idle_variant() {
+    let d = [device("a", 50, None, DeviceState::Online)];
+    let idle = state(SleepState::Idle, 10);
+    let woke = run(&d, Some(&idle), &moment(51));
+    assert_eq!(woke.sleep.state, SleepState::Awake);
+    assert_eq!(woke.woke, Some(WakeCause::Poll));
+    assert_eq!(woke.sleep.since, rfc3339(t(51)));
+}
+
+// R42: a device whose interval is unknown keeps its variant up while it is Online; with no
+// device Online the variant goes down idleAfter after the last went Late
+#[test]
+fn no_known_interval_keeps_it_up_and_idle_after_counts_from_late() {
+    let awake = state(SleepState::Awake, 0);
+    let unknown = [device("a", 0, None, DeviceState::Online)];
+    let d = run(&unknown, Some(&awake), &moment(100));
+    assert_eq!(d.sleep.state, SleepState::Awake);
+    assert!(d.sleep.reason.contains("no known interval"));
+    // Late since 300 (lateAfter): up until 360
+    let late = [device("a", 0, None, DeviceState::Late)];
+    let d = run(&late, Some(&awake), &moment(330));
+    assert_eq!(d.sleep.state, SleepState::Awake);
+    assert_eq!(d.next, Some(Duration::from_secs(30)));
+    let d = run(&late, Some(&awake), &moment(360));
+    assert_eq!(d.sleep.state, SleepState::Idle);
+    // no device at all: idleAfter after it was put up
+    let d = run(&[], Some(&awake), &moment(59));
+    assert_eq!(d.sleep.state, SleepState::Awake);
+    let d = run(&[], Some(&awake), &moment(60));
+    assert_eq!((d.sleep.state, d.sleep.reason.as_str()), (SleepState::Idle, "no device uses it"));
+}
+
+// R42, issue 36 item 4: a device that comes late learns a margin; a poll far off is a missed
+// one and does not teach an interval
+#[test]
+fn polls_teach_an_interval_and_a_margin() {
+    let first = polled(None, t(0), None);
+    assert_eq!((first.interval_seconds, first.lateness_seconds), (None, None));
+    let second = polled(Some(&first), t(100), None);
+    assert_eq!(second.interval_seconds, Some(100));
+    let third = polled(Some(&second), t(212), None);
+    assert_eq!(third.interval_seconds, Some(103));
+    assert_eq!(third.lateness_seconds, Some(3));
+    // a missed poll (gap of 2 intervals) changes neither
+    let fourth = polled(Some(&third), t(418), None);
+    assert_eq!((fourth.interval_seconds, fourth.lateness_seconds), (Some(103), Some(3)));
+    // Refresh-Rate wins over what was measured
+    let told = polled(Some(&fourth), t(520), Some(900));
+    assert_eq!(told.interval_seconds, Some(900));
+    // the margin widens the window: 2 x 3 s of lateness
+    let mut d = device("a", 0, Some(100), DeviceState::Online);
+    if let Some(p) = d.poll.as_mut() {
+        p.lateness_seconds = Some(3);
+    }
+    let idle = state(SleepState::Idle, 30);
+    let early = run(&[d.clone()], Some(&idle), &moment(83));
+    assert_eq!(early.sleep.state, SleepState::Idle, "100 - 10 - 6 = 84");
+    let on_time = run(&[d], Some(&idle), &moment(84));
+    assert_eq!(on_time.sleep.state, SleepState::Awake);
+}
+
+// R42, issue 36 item 4: a variant that started maxWakePerHour times in the hour stays up
+#[test]
+fn a_variant_that_woke_too_often_stays_up() {
+    let d = [device("a", 0, Some(100), DeviceState::Online)];
+    let mut awake = state(SleepState::Awake, 0);
+    awake.wakes = (0..30).map(|i| rfc3339(t(-3000 + i * 100))).collect();
+    let stay = run(&d, Some(&awake), &moment(50));
+    assert_eq!(stay.sleep.state, SleepState::Awake);
+    assert!(stay.sleep.reason.contains("maxWakePerHour"));
+    // looked at again when the next window starts (88), well before the oldest wake leaves
+    // the hour (600)
+    assert_eq!(stay.next, Some(Duration::from_secs(38)));
+    let later = run(&d, Some(&stay.sleep), &moment(130));
+    assert_eq!(later.sleep.state, SleepState::Awake);
+    assert_eq!(later.next, Some(Duration::from_secs(58)), "the next window, at 188");
+}
+
+// R42, issue 36 items 5, 7: a silent site puts nothing down; quiet hours put it down and say
+// until when
+#[test]
+fn site_silence_and_quiet_hours() {
+    let d = [device("a", 0, Some(100), DeviceState::Online)];
+    let awake = state(SleepState::Awake, 0);
+    let silent = Moment {
+        site_silent: true,
+        ..moment(50)
+    };
+    assert_eq!(run(&d, Some(&awake), &silent).sleep.state, SleepState::Awake);
+    let quiet = Moment {
+        quiet_until: Some((t(5000), "07:00 Europe/Berlin".into())),
+        ..moment(5)
+    };
+    let q = run(&d, Some(&awake), &quiet);
+    assert_eq!(q.sleep.state, SleepState::Idle);
+    assert_eq!(q.sleep.reason, "quiet hours until 07:00 Europe/Berlin");
+    assert_eq!(q.next, Some(Duration::from_secs(4995)));
+    // and a poll inside them wakes nothing
+    let idle = state(SleepState::Idle, 0);
+    assert_eq!(run(&d, Some(&idle), &quiet).woke, None);
+}
+
+// R42, issue 36 item 6: the same persisted state gives the same decision, so a new leader
+// neither wakes nor idles early
+#[test]
+fn the_decision_depends_only_on_what_is_persisted() {
+    let d = [device("a", 0, Some(100), DeviceState::Online)];
+    let idle = state(SleepState::Idle, 20);
+    for now in [21, 50, 87, 88, 121] {
+        assert_eq!(run(&d, Some(&idle), &moment(now)), run(&d, Some(&idle), &moment(now)));
+    }
+    assert_eq!(run(&d, Some(&idle), &moment(87)).sleep.state, SleepState::Idle);
+}
+
+// R42, issue 36 item 4: the owner is refused durations that would start a variant more often
+// than maxWakePerHour
+#[test]
+fn durations_that_wake_too_often_are_refused() {
+    let spec = |warmup: &str, keep: &str, max: i32| SleepSpec {
+        warmup: Some(warmup.into()),
+        keep_warm: Some(keep.into()),
+        max_wake_per_hour: Some(max),
+        ..SleepSpec::default()
+    };
+    assert!(SleepPolicy::of(&SleepSpec::default()).is_ok(), "the defaults hold");
+    let err = SleepPolicy::of(&spec("5s", "5s", 30)).err().unwrap_or_default();
+    assert!(err.contains("360 times an hour"), "{err}");
+    assert!(err.contains("at least 120s"), "{err}");
+    assert!(SleepPolicy::of(&spec("60s", "60s", 30)).is_ok());
+    let err = SleepPolicy::of(&SleepSpec {
+        idle_after: Some("soon".into()),
+        ..SleepSpec::default()
+    });
+    assert!(err.is_err_and(|e| e.starts_with("spec.devices.sleep.idleAfter")));
+}
