@@ -38,6 +38,7 @@
 mod gauges;
 mod labels;
 mod process;
+mod sleep;
 #[cfg(test)]
 mod tests;
 
@@ -61,7 +62,10 @@ use labels::{
     RECONCILE_ERRORS, VersionLabel, duration_histogram,
 };
 
-use crate::{cache::Caches, crd::OwnerKind};
+use crate::{
+    cache::Caches,
+    crd::{OwnerKind, WakeCause},
+};
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -81,6 +85,7 @@ pub struct Metrics {
     controller_errors: Family<KindError, Counter>,
     leader: Gauge,
     caches: Arc<CacheCollector>,
+    sleep: sleep::SleepMetrics,
     /// Length of the last exposition, to size the next one's buffer.
     last_len: AtomicUsize,
 }
@@ -155,6 +160,8 @@ impl Metrics {
             leader.clone(),
         );
 
+        let sleep = sleep::SleepMetrics::register(&mut registry);
+
         let caches = Arc::new(CacheCollector::default());
         registry.register_collector(Box::new(Arc::clone(&caches)));
         registry.register_collector(Box::new(process::ProcessCollector::new()));
@@ -167,6 +174,7 @@ impl Metrics {
             controller_errors,
             leader,
             caches,
+            sleep,
             last_len: AtomicUsize::new(INITIAL_CAPACITY),
         }
     }
@@ -219,6 +227,26 @@ impl Metrics {
                 error,
             })
             .inc();
+    }
+
+    /// Counts a start of a sleeping variant (R42).
+    pub fn variant_woke(&self, cause: WakeCause) {
+        self.sleep.woke(cause);
+    }
+
+    /// Records the time from a sleeping variant's start to its first ready replica.
+    pub fn variant_ready_after(&self, seconds: f64) {
+        self.sleep.ready_after(seconds);
+    }
+
+    /// Counts a poll answered `ready: false`.
+    pub fn late_wake(&self) {
+        self.sleep.late_poll();
+    }
+
+    /// Counts variants expired.
+    pub fn variants_expired(&self, n: usize) {
+        self.sleep.expired(u64::try_from(n).unwrap_or(u64::MAX));
     }
 
     /// Sets `mutant_operator_leader` to 1 (leading) or 0.

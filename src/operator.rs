@@ -196,14 +196,10 @@ pub async fn run(config: Config) -> Result<()> {
         buffer_share: buffer_bytes / 4,
         ..ServerConfig::default()
     };
-    let state = Arc::new(ApiState::new(
-        client,
-        caches.clone(),
-        auth,
-        server,
-        served,
-        pod_security,
-    ));
+    let state = Arc::new(ApiState {
+        metrics: metrics.clone(),
+        ..ApiState::new(client, caches.clone(), auth, server, served, pod_security)
+    });
     let admin_state = Arc::new(AdminState {
         metrics,
         caches,

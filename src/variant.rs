@@ -44,6 +44,7 @@ pub mod commands;
 pub mod converge;
 pub mod devices;
 pub mod sleep;
+pub mod departure;
 mod meta;
 mod names;
 mod observed;

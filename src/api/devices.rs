@@ -20,12 +20,16 @@ use super::{
 };
 use crate::{
     controller::secret::new_token,
-    crd::{DeviceStatus, Mutation, OwnerKind, Variant, VariantService, VariantState},
+    crd::{
+        DeviceStatus, Mutation, OwnerKind, SleepState, Variant, VariantService, VariantState,
+        VariantStatus,
+    },
     http,
     submit::devices::{Written, write as write_devices},
     variant::{
         Owner,
         devices::{DeviceRecord, Policy, Registry, heard, rfc3339, token_hash, validate_device_id},
+        sleep::SleepPolicy,
         validate_label,
     },
 };
@@ -64,6 +68,12 @@ struct PollView<'a> {
     ready: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     service: Option<&'a VariantService>,
+    /// Not ready: when to ask again (also `Retry-After`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u64>,
+    /// When to poll next: its refresh rate, or the end of quiet hours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refresh_seconds: Option<u64>,
 }
 
 /// The Mutation's devices policy, or why it has none.
@@ -353,24 +363,76 @@ pub async fn rotate(
     ))
 }
 
-/// `GET .../devices/{id}/poll` (that device only): `{variant, ready, service}`. The heartbeat
-/// itself is `liveness::heard_from`, as for every request of a device.
+/// `GET .../devices/{id}/poll` (that device only): `{variant, ready, service}`, from this
+/// replica's cache alone: it never waits on the API server or on a pod (R42). The heartbeat
+/// itself is `liveness::heard_from`, as for every request of a device; of a Mutation whose
+/// variants sleep it is written at once, and that write is what wakes an idle variant.
+///
+/// Not ready (an idle or starting variant): `ready: false` with `retryAfterSeconds` and
+/// `Retry-After`, what is left of `warmup` since it started (`warmup` while it has not). With
+/// sleep, `refreshSeconds` says when to poll next: inside quiet hours, when they end; else the
+/// device's own interval when known.
 pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
-    let Caller::Device { variant, .. } = caller else {
+    let m = fresh::cached_mutation(state, caller, ns, name)?;
+    let Caller::Device { variant, id, .. } = caller else {
         return Err(ApiError::forbidden("only a device's own token polls"));
     };
-    let ready = m
+    let status = m
         .status
         .as_ref()
-        .and_then(|s| s.variants.iter().find(|v| v.label == *variant))
-        .is_some_and(|v| v.state == VariantState::Ready);
+        .and_then(|s| s.variants.iter().find(|v| v.label == *variant));
+    let ready = status.is_some_and(|v| v.state == VariantState::Ready && v.ready_replicas > 0);
+    let timing = sleep_timing(&m, status, id);
+    let retry = (!ready).then(|| timing.as_ref().map_or(1, |t| t.retry_after));
     let view = PollView {
         variant,
         ready,
         service: service_of(&m, variant),
+        retry_after_seconds: retry,
+        refresh_seconds: timing.and_then(|t| t.refresh),
     };
-    Ok(http::json(StatusCode::OK, &view))
+    let mut answer = http::json(StatusCode::OK, &view);
+    if let Some(seconds) = retry {
+        state.metrics.late_wake();
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&seconds.to_string()) {
+            answer.headers_mut().insert(hyper::header::RETRY_AFTER, value);
+        }
+    }
+    Ok(answer)
+}
+
+/// When a polling device is to ask again: not ready, and in general.
+struct Timing {
+    retry_after: u64,
+    refresh: Option<u64>,
+}
+
+/// The poll's timing under `spec.devices.sleep`; None without it.
+fn sleep_timing(m: &Mutation, status: Option<&VariantStatus>, id: &str) -> Option<Timing> {
+    let spec = m.spec.devices.as_ref()?.sleep.as_ref()?;
+    let policy = SleepPolicy::of(spec).ok()?;
+    let now = Timestamp::now();
+    let warmup = policy.warmup.as_secs().max(1);
+    let started = status
+        .and_then(|v| v.sleep.as_ref())
+        .filter(|s| s.state == SleepState::Awake)
+        .and_then(|s| s.since.parse::<Timestamp>().ok());
+    let retry_after = match started {
+        Some(since) => {
+            let gone = u64::try_from(now.as_second() - since.as_second()).unwrap_or(0);
+            warmup.saturating_sub(gone).max(1)
+        }
+        None => warmup,
+    };
+    let interval = listed(m)
+        .iter()
+        .find(|d| d.id == id)
+        .and_then(|d| d.poll.as_ref()?.interval_seconds.or(d.reported.refresh_rate))
+        .map(u64::from);
+    Some(Timing {
+        retry_after,
+        refresh: interval,
+    })
 }
 
 /// After a status write of device `id` (`doing` says what it was for): waits until this

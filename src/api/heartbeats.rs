@@ -133,6 +133,9 @@ pub struct Due {
     pub reported: Reported,
     /// Its entry, for a status that does not list it yet.
     pub fallback: DeviceStatus,
+    /// A poll of a Mutation whose variants sleep: written whatever else says, with what it
+    /// teaches of the device's polls.
+    pub poll: bool,
 }
 
 /// The heartbeats of one Mutation waiting to be written, and whether a writer is at work.
@@ -235,6 +238,9 @@ impl Heartbeats {
             return false;
         };
         let entry = pending.entry((ns.to_owned(), name.to_owned())).or_default();
+        let mut due = due;
+        // A poll waiting to be written stays one when a later request of the device joins it.
+        due.poll |= entry.due.get(&due.id).is_some_and(|d| d.poll);
         entry.due.insert(due.id.clone(), due);
         !std::mem::replace(&mut entry.writing, true)
     }
@@ -408,6 +414,7 @@ mod tests {
                 reported: Reported::default(),
                 poll: None,
             },
+            poll: false,
         };
         assert!(
             beats.queue("ns", "web", due("a")),

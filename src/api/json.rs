@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{
+    QuietHours, SleepSpec,
     ContainerOverride, DeviceAccess, DevicesSpec, EmbeddedJson, Enrollment, IpFamily,
     IpFamilyPolicy, Mutation, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, StrMap,
     Toleration, TrafficPolicy, Variant, VariantStatus,
@@ -59,6 +60,59 @@ pub struct DevicesRequest {
     /// [`DevicesSpec::persist_every`].
     #[serde(default)]
     pub persist_every: Option<String>,
+    /// [`DevicesSpec::sleep`].
+    #[serde(default)]
+    pub sleep: Option<SleepRequest>,
+}
+
+/// `devices.sleep` of `POST .../mutations`: [`SleepSpec`], refusing unknown fields.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SleepRequest {
+    #[serde(default)]
+    idle_after: Option<String>,
+    #[serde(default)]
+    warmup: Option<String>,
+    #[serde(default)]
+    keep_warm: Option<String>,
+    #[serde(default)]
+    expire_after: Option<String>,
+    #[serde(default)]
+    quiet_hours: Option<QuietHoursRequest>,
+    #[serde(default)]
+    max_wake_per_hour: Option<i32>,
+    #[serde(default)]
+    site_silent_min: Option<i32>,
+}
+
+/// `devices.sleep.quietHours`: [`QuietHours`], refusing unknown fields.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QuietHoursRequest {
+    #[serde(default)]
+    days: Vec<String>,
+    from: String,
+    to: String,
+    time_zone: String,
+}
+
+impl From<SleepRequest> for SleepSpec {
+    fn from(r: SleepRequest) -> Self {
+        SleepSpec {
+            idle_after: r.idle_after,
+            warmup: r.warmup,
+            keep_warm: r.keep_warm,
+            expire_after: r.expire_after,
+            quiet_hours: r.quiet_hours.map(|q| QuietHours {
+                days: q.days,
+                from: q.from,
+                to: q.to,
+                time_zone: q.time_zone,
+            }),
+            max_wake_per_hour: r.max_wake_per_hour,
+            site_silent_min: r.site_silent_min,
+        }
+    }
 }
 
 impl From<DevicesRequest> for DevicesSpec {
@@ -70,7 +124,7 @@ impl From<DevicesRequest> for DevicesSpec {
             late_after: r.late_after,
             gone_after: r.gone_after,
             persist_every: r.persist_every,
-            sleep: None,
+            sleep: r.sleep.map(SleepSpec::from),
         }
     }
 }

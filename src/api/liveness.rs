@@ -17,18 +17,34 @@ use super::{
 };
 use crate::{
     submit::devices::write as write_devices,
-    variant::devices::{Policy, heard, must_persist},
+    variant::{
+        devices::{Policy, heard, must_persist},
+        sleep::polled,
+    },
 };
+
+/// Whether Mutation `m`'s variants sleep: `spec.devices.sleep` set and valid.
+pub fn sleeps(m: &crate::crd::Mutation) -> bool {
+    m.spec
+        .devices
+        .as_ref()
+        .and_then(|d| d.sleep.as_ref())
+        .is_some_and(|s| crate::variant::sleep::SleepPolicy::of(s).is_ok())
+}
 
 /// A request of a device (R40): a heartbeat, with what its headers report (400 naming a
 /// malformed one). Kept in memory; the status entry is written only when [`must_persist`]
 /// says so and this replica has not written it within `persistEvery`, by the one writer of the
 /// Mutation's heartbeats ([`write_due`]), which the device does not wait for. A failed write
 /// fails nothing: the next request tries again.
+///
+/// A poll (`poll`) of a Mutation whose variants sleep (R42) is written every time, at once:
+/// it is what wakes its variant and what teaches when the device comes back.
 pub fn heard_from(
     state: &Arc<ApiState>,
     caller: &Caller,
     headers: &HeaderMap,
+    poll: bool,
 ) -> Result<(), ApiError> {
     let Caller::Device {
         namespace: ns,
@@ -51,14 +67,17 @@ pub fn heard_from(
         return Ok(());
     };
     let persisted = listed(&m).iter().find(|d| d.id == *id);
-    if !must_persist(persisted, now, &policy, &known) {
-        return Ok(());
-    }
-    if !state
-        .heartbeats
-        .claim_write(ns, name, id, now, policy.persist_every)
-    {
-        return Ok(());
+    let poll = poll && sleeps(&m);
+    if !poll {
+        if !must_persist(persisted, now, &policy, &known) {
+            return Ok(());
+        }
+        if !state
+            .heartbeats
+            .claim_write(ns, name, id, now, policy.persist_every)
+        {
+            return Ok(());
+        }
     }
     let registry = cached_registry(&state.caches, &m);
     let Some(record) = registry.devices.get(id.as_str()) else {
@@ -69,6 +88,7 @@ pub fn heard_from(
         now,
         reported: known,
         fallback: record.entry(id),
+        poll,
     };
     if state.heartbeats.queue(ns, name, due) {
         tokio::spawn(write_due(state.clone(), ns.clone(), name.clone()));
@@ -96,10 +116,20 @@ async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
                     continue;
                 }
                 let entry = at.map_or(&d.fallback, |i| &list[i]);
-                if at.is_some() && !must_persist(Some(entry), d.now, &policy, &d.reported) {
+                if !d.poll
+                    && at.is_some()
+                    && !must_persist(Some(entry), d.now, &policy, &d.reported)
+                {
                     continue;
                 }
-                let updated = heard(entry, d.now, &d.reported);
+                let mut updated = heard(entry, d.now, &d.reported);
+                if d.poll {
+                    updated.poll = Some(polled(
+                        entry.poll.as_ref(),
+                        d.now,
+                        d.reported.refresh_rate,
+                    ));
+                }
                 match at {
                     Some(i) => list[i] = updated,
                     None => list.push(updated),

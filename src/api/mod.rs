@@ -179,7 +179,8 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     // R40: every request of a device is its heartbeat (but the one that removes it); its
     // changes are charged to it.
     if route.action != Action::RemoveDevice {
-        liveness::heard_from(state, &caller, req.headers())?;
+        let poll = route.action == Action::Poll;
+        liveness::heard_from(state, &caller, req.headers(), poll)?;
     }
     if let Caller::Device { id, .. } = &caller
         && req.method() != Method::GET

@@ -27,6 +27,7 @@ use crate::{
     http,
     variant::{
         Base, Owner, access::validate_device_access, build_service, devices::Policy,
+        sleep::SleepPolicy,
         placement::validate_containers, validate_mutation_name, validate_variants,
     },
 };
@@ -68,6 +69,9 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
     let devices = body.devices.map(|d| Box::new(DevicesSpec::from(d)));
     if let Some(spec) = &devices {
         Policy::of(spec).map_err(ApiError::bad_request)?;
+        if let Some(sleep) = &spec.sleep {
+            SleepPolicy::of(sleep).map_err(ApiError::bad_request)?;
+        }
     }
     let variants: Vec<Variant> = body.variants.into_iter().map(Variant::from).collect();
     validate_variants(base.name(), &variants).map_err(ApiError::bad_request)?;

@@ -54,6 +54,8 @@ pub struct ApiState {
     pub in_flight: Arc<crate::http::Shares<crate::http::Key>>,
     /// The listener's connections, whose saturation `/readyz` reports.
     pub connections: Arc<crate::http::Connections>,
+    /// The operator's metrics (polls answered `ready: false`, R42).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl ApiState {
@@ -85,6 +87,7 @@ impl ApiState {
             buffers: crate::http::Budget::new(server.buffer_bytes, server.buffer_share),
             in_flight: crate::http::Shares::new(server.max_connections / 4),
             connections: crate::http::connections(&server),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         }
     }
 

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use kube::{Client, runtime::reflector::Store};
 use tokio::sync::watch;
 
-use super::{announce, events};
+use super::{announce, events, sleep::ExpiryMemory};
 use crate::{
     cache::Caches,
     metrics::Metrics,
@@ -42,4 +42,6 @@ pub struct Context {
     /// The operator's own ServiceAccount and the API server's version, when known: no
     /// Deployment it makes runs as it, or breaks the baseline its namespace is held to (R33).
     pub pod_security: PodSecurity,
+    /// What this replica remembers of expiring sleeping variants (R42).
+    pub expiry: ExpiryMemory,
 }

@@ -13,6 +13,7 @@ mod events;
 mod reconcile;
 pub mod secret;
 mod services;
+pub mod sleep;
 mod tell;
 mod write;
 
@@ -115,6 +116,7 @@ where
         metrics: metrics.clone(),
         leader,
         pod_security: who.pod_security,
+        expiry: sleep::ExpiryMemory::default(),
     });
     // Issue 35, item 4: the counts of repeated Events are written even when the repeats
     // stop; the task ends with the controller (its context).

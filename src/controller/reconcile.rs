@@ -34,6 +34,7 @@ use super::{
     events::EventType,
     secret::{self, SecretState},
     services,
+    sleep::{self, Sleeping},
     tell::{Created, announce_created, announce_problems, deployment_ref, publish},
     write::{self, WriteError},
 };
@@ -46,6 +47,7 @@ use crate::{
         Planned,
         converge::{self, Done, Next, Outcome},
         devices::Policy,
+        sleep::SleepPolicy,
     },
 };
 
@@ -79,6 +81,25 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         Some(Ok(policy)) => Some(policy),
         None => None,
     };
+    // R42: spec.devices.sleep, checked like the rest of spec.devices; one that does not hold
+    // is reported and no variant sleeps.
+    let sleep_policy = match (&device_policy, obj.devices().and_then(|d| d.sleep.as_ref())) {
+        (Some(_), Some(spec)) => match SleepPolicy::of(spec) {
+            Ok(policy) => Some(policy),
+            Err(problem) => {
+                problems.push(problem);
+                None
+            }
+        },
+        _ => None,
+    };
+    let sleeping = match (&device_policy, &sleep_policy) {
+        (Some(devices), Some(sleep)) => {
+            sleep::plan(&ctx, &owner, obj.variants(), &previous, devices, sleep, None)
+        }
+        _ => Sleeping::default(),
+    };
+    let declared = sleeping.effective(obj.variants());
     let base = obj.base().value();
     let observed = observe(&ctx, &owner);
     let mut created = Vec::new();
@@ -86,13 +107,13 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let mut not_allowed = None;
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
-            let planned = variant::plan(&parsed, &owner, obj.variants());
+            let planned = variant::plan(&parsed, &owner, &declared);
             // Issue 35, item 1: a token's env never reaches a command line the base added later.
             let planned = variant::commands::hold_command_lines(
                 planned,
                 &parsed,
                 obj.device_access(),
-                obj.variants(),
+                &declared,
             );
             let planned = match refused(&ctx, &owner, &planned).await? {
                 None => planned,
@@ -121,7 +142,11 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     };
     announce_created(&ctx, &owner, obj.as_ref(), &created).await;
     let variants = match &base_error {
-        None => variants,
+        None => {
+            let mut variants = variants;
+            sleeping.report(&mut variants);
+            variants
+        }
         Some(problem) => {
             let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
             let owned = observed.iter().map(Arc::as_ref);
@@ -141,6 +166,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         variants,
         now: &now,
     });
+    status.conditions.extend(sleeping.condition(&previous, &now));
     // The device list is written apart (`devices`); it is the same status either way.
     status.devices.clone_from(&previous.devices);
     status.device_summary.clone_from(&previous.device_summary);
@@ -151,17 +177,45 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // once per Deployment, so this cannot put the status off for long.
     if status != previous && created.is_empty() {
         write_status::<K>(&ctx, &owner, &status).await?;
+        sleep::count(&ctx, &previous, &status);
     }
     // R40: the devices' states as time changes them, requeued for the next change.
     let device_change = match &device_policy {
         Some(policy) => devices::converge(&ctx, &owner, policy, &previous).await?,
         None => None,
     };
+    // R42: variants made by enrollment whose devices are gone.
+    let expiry = match (&device_policy, &sleep_policy) {
+        (Some(devices), Some(sleep)) => {
+            let registry = devices::registry(&ctx, &owner);
+            let silent = sleeping.silent.is_some();
+            let (expired, next) =
+                sleep::expire(&ctx, &owner, obj.as_ref(), &registry, devices, sleep, silent)
+                    .await?;
+            if !expired.is_empty() {
+                ctx.metrics.variants_expired(expired.len());
+                let note = format!(
+                    "removed variant(s) {} made by enrollment: every device of theirs was Gone \
+                     for spec.devices.sleep.expireAfter; their devices' records went with them",
+                    expired.join(", ")
+                );
+                publish(&ctx, obj.as_ref(), EventType::Normal, "VariantExpired", note, None).await;
+                tracing::info!(namespace = %owner.namespace, name = %owner.name, variants = ?expired, "expired variants of devices gone");
+            }
+            next
+        }
+        _ => None,
+    };
     // A variant a quota or an admission policy refused is tried again sooner than the resync:
     // freeing the quota or changing the policy is no event of this owner's (R35), and neither
     // is labelling the namespace privileged (R33).
     let after = if denied { REFUSED_RETRY } else { RESYNC_AFTER };
     let after = device_change.map_or(after, |change| after.min(change + DEVICE_SLACK));
+    let after = [sleeping.next(), expiry]
+        .into_iter()
+        .flatten()
+        .map(|change| change + DEVICE_SLACK)
+        .fold(after, std::time::Duration::min);
     Ok(Action::requeue(after))
 }
 

@@ -37,7 +37,7 @@ pub(super) struct CacheCounts {
     /// Declared variants per kind, indexed as [`KINDS`].
     pub(super) variants: [u64; 2],
     /// Mutation variants per reported state, indexed as [`STATES`].
-    pub(super) states: [u64; 4],
+    pub(super) states: [u64; 5],
 }
 
 impl CacheView {

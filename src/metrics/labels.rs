@@ -16,11 +16,12 @@ pub(super) const RECONCILE_ERRORS: [&str; 3] = ["invalid", "api", "client"];
 /// Values of `error` in `mutant_operator_controller_errors_total`.
 pub(super) const CONTROLLER_ERRORS: [&str; 3] = ["queue", "object_not_found", "runner"];
 /// Every variant state, in the order the `state` series are listed.
-pub(super) const STATES: [VariantState; 4] = [
+pub(super) const STATES: [VariantState; 5] = [
     VariantState::Progressing,
     VariantState::Ready,
     VariantState::Invalid,
     VariantState::Conflict,
+    VariantState::Idle,
 ];
 /// Upper bounds (seconds) of the reconcile duration buckets: 1 ms to 10 s in 1-2.5-5 steps.
 pub(super) const DURATION_BUCKETS: [f64; 13] = [

@@ -50,6 +50,7 @@ mod replicas;
 mod scoped;
 mod secret;
 mod services;
+mod sleep;
 mod slots;
 mod small_devices;
 mod stalling;

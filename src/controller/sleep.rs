@@ -1,0 +1,335 @@
+//! Sleep as the leader applies it (R42, issue 36): for a Mutation with `spec.devices.sleep`,
+//! which variants are up ([`variant::sleep::decide`], from the persisted device entries and
+//! variant statuses alone), the variants as planned (an idle one at zero instances, its spec
+//! untouched), their status (`Idle` and why), the site's silence, and the expiry of variants
+//! made by enrollment whose devices are gone.
+//!
+//! Expiry deletes, so it is held back three ways: never while the site is silent, only after
+//! this process itself has watched the variant be due for `min(expireAfter, 10m)` of its own
+//! monotonic clock (a board without a real-time clock that jumps forward expires nothing, and
+//! a new leader starts watching anew: never early), and at most [`EXPIRED_PER_HOUR`] in an
+//! hour on this replica.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+use super::context::Context;
+use crate::{
+    Result,
+    crd::{
+        Condition, DeviceStatus, Mutation, OwnerResource, OwnerStatus, SleepState, Variant, VariantState,
+        VariantStatus,
+    },
+    variant::{
+        Owner,
+        devices::{Policy, Registry, devices_secret_name},
+        is_controlled_by,
+        departure::{expiring, site_silent},
+        sleep::{Decision, Moment, SleepPolicy, Sleeper, decide},
+    },
+};
+
+/// Annotation on a Mutation: silences that began before this time (RFC 3339) are accepted as
+/// departures, and no longer hold the site silent.
+pub const SILENCE_ACCEPTED: &str = "mutantops.neiam.org/silence-accepted";
+/// Condition type while the site is silent.
+pub const SITE_SILENT: &str = "SiteSilent";
+/// Most variants this replica expires in an hour.
+pub const EXPIRED_PER_HOUR: usize = 20;
+/// The longest this process watches a variant be due before it expires it.
+const WATCHED: Duration = Duration::from_secs(600);
+
+/// What this replica remembers of expiry: since when (its own clock) each variant has been
+/// due, and what it expired within the hour.
+#[derive(Default)]
+pub struct ExpiryMemory {
+    due: Mutex<HashMap<(String, String, String), Instant>>,
+    done: Mutex<Vec<Instant>>,
+}
+
+/// What sleep decided for one Mutation.
+#[derive(Debug, Default)]
+pub struct Sleeping {
+    /// Per label of a variant that sleeps.
+    pub decisions: BTreeMap<String, Decision>,
+    /// Why the site is silent, if it is.
+    pub silent: Option<String>,
+}
+
+impl Sleeping {
+    /// How long until a decision may change by time alone.
+    pub fn next(&self) -> Option<Duration> {
+        self.decisions.values().filter_map(|d| d.next).min()
+    }
+
+    /// The variants as they are planned: an idle one at zero instances.
+    pub fn effective(&self, variants: &[Variant]) -> Vec<Variant> {
+        variants
+            .iter()
+            .map(|v| match self.decisions.get(&v.label) {
+                Some(d) if d.sleep.state == SleepState::Idle => Variant {
+                    instances: 0,
+                    ..v.clone()
+                },
+                _ => v.clone(),
+            })
+            .collect()
+    }
+
+    /// Each variant's sleep in its status; an idle one whose Deployment is applied is `Idle`,
+    /// with why.
+    pub fn report(&self, statuses: &mut [VariantStatus]) {
+        for s in statuses {
+            let Some(d) = self.decisions.get(&s.label) else {
+                continue;
+            };
+            s.sleep = Some(d.sleep.clone());
+            let applied = matches!(s.state, VariantState::Ready | VariantState::Progressing);
+            if d.sleep.state == SleepState::Idle && applied {
+                s.state = VariantState::Idle;
+                s.message = Some(d.sleep.reason.clone());
+            }
+        }
+    }
+
+    /// The `SiteSilent` condition, while the site is silent; its transition time kept.
+    pub fn condition(&self, previous: &OwnerStatus, now: &str) -> Option<Condition> {
+        let message = self.silent.clone()?;
+        let since = previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SITE_SILENT)
+            .map_or_else(|| now.to_owned(), |c| c.last_transition_time.clone());
+        Some(Condition {
+            type_: SITE_SILENT.to_owned(),
+            status: "True".to_owned(),
+            reason: "DevicesSilentTogether".to_owned(),
+            message,
+            last_transition_time: since,
+            observed_generation: None,
+        })
+    }
+}
+
+/// Every device of the Mutations of `namespace`, and the latest accepted silence.
+fn namespace_devices(ctx: &Context, namespace: &str) -> (Vec<DeviceStatus>, Option<Timestamp>) {
+    let mut devices = Vec::new();
+    let mut accepted: Option<Timestamp> = None;
+    for m in ctx.caches.mutations.state() {
+        if m.metadata.namespace.as_deref() != Some(namespace) || m.spec.devices.is_none() {
+            continue;
+        }
+        if let Some(status) = &m.status {
+            devices.extend(status.devices.iter().cloned());
+        }
+        let at = m
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SILENCE_ACCEPTED))
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        accepted = accepted.max(at);
+    }
+    (devices, accepted)
+}
+
+/// Decides, for every variant of `variants` that sleeps, whether it is up now.
+pub fn plan(
+    ctx: &Context,
+    owner: &Owner,
+    variants: &[Variant],
+    previous: &OwnerStatus,
+    devices: &Policy,
+    sleep: &SleepPolicy,
+    quiet_until: Option<(Timestamp, String)>,
+) -> Sleeping {
+    let now = Timestamp::now();
+    let (site, accepted) = namespace_devices(ctx, &owner.namespace);
+    let site: Vec<&DeviceStatus> = site.iter().collect();
+    let silent = site_silent(&site, devices.late_after, sleep.site_silent_min, accepted);
+    let moment = Moment {
+        now,
+        quiet_until,
+        site_silent: silent.is_some(),
+    };
+    let mut decisions = BTreeMap::new();
+    for v in variants.iter().filter(|v| v.sleep != Some(false)) {
+        let mine: Vec<&DeviceStatus> = previous
+            .devices
+            .iter()
+            .filter(|d| d.variant == v.label)
+            .collect();
+        let before = previous
+            .variants
+            .iter()
+            .find(|s| s.label == v.label)
+            .and_then(|s| s.sleep.as_ref());
+        let sleeper = Sleeper {
+            devices: &mine,
+            previous: before,
+            late_after: devices.late_after,
+        };
+        decisions.insert(v.label.clone(), decide(sleep, &sleeper, &moment));
+    }
+    Sleeping { decisions, silent }
+}
+
+/// Expires the variants made by enrollment whose devices have all been Gone for
+/// `expireAfter` (R42, issue 36 item 5): each is removed from the spec, then its devices'
+/// records and its label from the devices Secret (in that order, so a crash between leaves
+/// a made label that the next reconcile finishes). Returns the labels expired and how long
+/// until the next may be due.
+pub async fn expire<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    registry: &Registry,
+    devices: &Policy,
+    sleep: &SleepPolicy,
+    silent: bool,
+) -> Result<(Vec<String>, Option<Duration>)> {
+    let listed = obj.owner_status().map_or(&[][..], |s| &s.devices[..]);
+    let (due, next) = expiring(
+        &registry.made,
+        listed,
+        devices.gone_after,
+        sleep.expire_after,
+        Timestamp::now(),
+    );
+    let watched = WATCHED.min(sleep.expire_after);
+    let mut ready = Vec::new();
+    let mut wait = next;
+    {
+        let Ok(mut seen) = ctx.expiry.due.lock() else {
+            return Ok((Vec::new(), next));
+        };
+        let key = |label: &str| (owner.namespace.clone(), owner.name.clone(), label.to_owned());
+        seen.retain(|(ns, name, label), _| {
+            ns != &owner.namespace || name != &owner.name || due.contains(label)
+        });
+        for label in &due {
+            let since = *seen.entry(key(label)).or_insert_with(Instant::now);
+            let left = watched.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                ready.push(label.clone());
+            } else {
+                wait = [wait, Some(left)].into_iter().flatten().min();
+            }
+        }
+    }
+    if silent || ready.is_empty() {
+        return Ok((Vec::new(), wait));
+    }
+    let mut expired = Vec::new();
+    for label in ready {
+        {
+            let Ok(mut done) = ctx.expiry.done.lock() else {
+                break;
+            };
+            done.retain(|t| t.elapsed() < Duration::from_secs(3600));
+            if done.len() >= EXPIRED_PER_HOUR {
+                tracing::warn!(namespace = %owner.namespace, name = %owner.name, variant = %label, "expiry held back: {EXPIRED_PER_HOUR} variants expired within the hour");
+                wait = [wait, Some(Duration::from_secs(60))].into_iter().flatten().min();
+                break;
+            }
+            done.push(Instant::now());
+        }
+        remove_variant(ctx, owner, obj, &label).await?;
+        forget_devices(ctx, owner, &label).await?;
+        expired.push(label);
+    }
+    Ok((expired, wait))
+}
+
+/// Removes variant `label` from the Mutation's spec, on the resourceVersion it was cached at
+/// (a conflict fails the reconcile, which is tried again on what changed).
+async fn remove_variant<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    label: &str,
+) -> Result<()> {
+    if !obj.variants().iter().any(|v| v.label == label) {
+        return Ok(());
+    }
+    let variants: Vec<&Variant> = obj.variants().iter().filter(|v| v.label != label).collect();
+    let patch = json!({
+        "metadata": { "resourceVersion": obj.meta().resource_version },
+        "spec": { "variants": variants },
+    });
+    let api: Api<Mutation> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let params = PatchParams {
+        field_manager: Some("mutantops-operator".into()),
+        ..PatchParams::default()
+    };
+    api.patch(&owner.name, &params, &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Drops the records of variant `label`'s devices, and the label from the made ones, from
+/// the devices Secret (read from the API server, written on its resourceVersion).
+async fn forget_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let name = devices_secret_name(&owner.name);
+    let Some(mut secret) = api.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if !is_controlled_by(&secret.metadata, &owner.uid) {
+        return Ok(());
+    }
+    let mut registry = Registry::from_data(secret.data.as_ref().unwrap_or(&Default::default()));
+    registry.devices.retain(|_, d| d.variant != label);
+    if !registry.made.remove(label) {
+        return Ok(());
+    }
+    secret.data = Some(registry.to_data());
+    secret.string_data = None;
+    let params = PostParams {
+        field_manager: Some("mutantops-operator".into()),
+        ..PostParams::default()
+    };
+    api.replace(&name, &params, &secret).await?;
+    Ok(())
+}
+
+/// Counts what the status just written says happened (R42, issue 36 item 8): each variant
+/// that started, by cause, and for one that became Ready since it started, how long that
+/// took.
+pub fn count(ctx: &Context, previous: &OwnerStatus, status: &OwnerStatus) {
+    let now = Timestamp::now();
+    for v in &status.variants {
+        let Some(sleep) = &v.sleep else {
+            continue;
+        };
+        let before = previous.variants.iter().find(|p| p.label == v.label);
+        let was_idle = before
+            .and_then(|p| p.sleep.as_ref())
+            .is_some_and(|s| s.state == SleepState::Idle);
+        if sleep.state != SleepState::Awake {
+            continue;
+        }
+        if was_idle && let Some(cause) = sleep.cause {
+            ctx.metrics.variant_woke(cause);
+        }
+        let became_ready = v.state == VariantState::Ready
+            && before.is_some_and(|p| p.state != VariantState::Ready);
+        let started = sleep.wakes.last() == Some(&sleep.since);
+        if became_ready
+            && started
+            && let Ok(since) = sleep.since.parse::<Timestamp>()
+        {
+            let seconds = now.as_second().saturating_sub(since.as_second());
+            ctx.metrics.variant_ready_after(seconds.max(0) as f64);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! R42 (issue 36): variants that sleep with their displays, against the local control plane,
+//! with durations of seconds: a variant no device needs goes to zero replicas with its spec
+//! untouched and the Mutation Ready; a poll answers at once and wakes it; a device that says
+//! when it comes back finds its variant started ahead of its poll; a variant made by
+//! enrollment expires when its device is gone while a spec variant stays; a site whose
+//! devices went silent together expires nothing until the silence is accepted.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{ListParams, Patch, PatchParams};
+use mutantops::crd::{SleepState, VariantState, VariantStatus, WakeCause};
+
+use super::devices::{create, enrolled};
+use super::*;
+
+/// Variant `label`'s status line.
+fn variant<'a>(s: &'a OwnerStatus, label: &str) -> Option<&'a VariantStatus> {
+    s.variants.iter().find(|v| v.label == label)
+}
+
+fn state_of(s: &OwnerStatus, label: &str) -> Option<VariantState> {
+    variant(s, label).map(|v| v.state)
+}
+
+fn replicas(d: &Deployment) -> Option<i32> {
+    d.spec.as_ref().and_then(|s| s.replicas)
+}
+
+/// A poll of device `id` with `token` and extra headers.
+async fn poll(f: &Fixture, name: &str, id: &str, token: &str, headers: &[(&str, &str)]) -> common::http::Reply {
+    let path = format!(
+        "/api/v1/namespaces/{}/mutations/{name}/devices/{id}/poll",
+        f.ns.name
+    );
+    common::http::Request {
+        headers,
+        ..common::http::Request::new("GET", &path, Some(token), None)
+    }
+    .send(f.operator.api_port)
+    .await
+}
+
+/// R42, issue 36 items 2, 3: a spec variant no device uses goes idle after idleAfter (zero
+/// replicas, spec instances kept, state Idle and why, Mutation Ready, summary counting it);
+/// a device enrolled into it polls: answered at once `ready: false` with Retry-After, and the
+/// poll wakes it; a later poll finds it ready. Fifty polls together cost one wake.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn an_unused_variant_idles_and_a_poll_wakes_it() {
+    let f = Fixture::with_api("sleep-wake").await;
+    let sleep = json!({"idleAfter": "3s", "warmup": "2s", "keepWarm": "60s", "maxWakePerHour": 60});
+    let key = create(
+        &f,
+        "m",
+        json!({"enrollment": "Open", "lateAfter": "30s", "goneAfter": "60s", "persistEvery": "10s", "sleep": sleep}),
+        json!({}),
+    )
+    .await;
+    let add = f.add_variant("m", ADMIN, &json!({"label": "lobby", "instances": 2})).await;
+    assert_eq!(add.status, 201, "{add:?}");
+    let idle = f
+        .wait_status::<Mutation>("m", "lobby Idle", |s| state_of(s, "lobby") == Some(VariantState::Idle))
+        .await;
+    let lobby = variant(&idle, "lobby").unwrap();
+    assert_eq!(lobby.message.as_deref(), Some("no device uses it"), "{lobby:?}");
+    assert_eq!(lobby.sleep.as_ref().map(|s| s.state), Some(SleepState::Idle));
+    assert!(idle.summary.ends_with("variants ready (2 idle)"), "{}", idle.summary);
+    let ready = idle.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True", "idle is as the owner wants it: {ready:?}");
+    f.wait_deployment("m-lobby", "at zero", |d| replicas(d) == Some(0)).await;
+    let m = f.mutations().get("m").await.unwrap();
+    let spec = m.spec.variants.iter().find(|v| v.label == "lobby").unwrap();
+    assert_eq!(spec.instances, 2, "the spec is untouched");
+
+    // A device enrolls into it and polls: answered at once, not ready, told when to retry.
+    let token = enrolled(&f, "m", &key, json!({"id": "board-1", "label": "lobby"})).await;
+    let started = Instant::now();
+    let first = poll(&f, "m", "board-1", &token, &[]).await;
+    let took = started.elapsed();
+    assert_eq!(first.status, 200, "{first:?}");
+    let answer = first.json();
+    assert_eq!(answer["ready"], false, "{answer}");
+    assert_eq!(answer["retryAfterSeconds"], 2, "{answer}");
+    assert_eq!(first.header("retry-after"), Some("2"));
+    assert!(took < Duration::from_secs(1), "the poll held the socket for {took:?}");
+    // The poll wakes it: two replicas, Awake, woken by the poll.
+    f.wait_deployment("m-lobby", "woken", |d| replicas(d) == Some(2)).await;
+    let awake = f
+        .wait_status::<Mutation>("m", "lobby Ready", |s| state_of(s, "lobby") == Some(VariantState::Ready))
+        .await;
+    let sleep = variant(&awake, "lobby").unwrap().sleep.clone().unwrap();
+    assert_eq!((sleep.state, sleep.cause), (SleepState::Awake, Some(WakeCause::Poll)));
+    assert_eq!(sleep.wakes.len(), 1, "{sleep:?}");
+    let again = poll(&f, "m", "board-1", &token, &[]).await.json();
+    assert_eq!(again["ready"], true, "{again}");
+    assert_eq!(again.get("retryAfterSeconds"), None, "{again}");
+}
+
+/// R42, issue 36 item 4: a device that says it polls every 12 s (`Refresh-Rate`) finds its
+/// variant down between polls and up before the next one, started ahead without a poll; the
+/// wake is counted as `ahead`.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_variant_wakes_ahead_of_the_next_expected_poll() {
+    let f = Fixture::with_api("sleep-ahead").await;
+    let sleep = json!({"idleAfter": "60s", "warmup": "3s", "keepWarm": "2s", "maxWakePerHour": 3600});
+    let key = create(
+        &f,
+        "m",
+        json!({"enrollment": "Open", "lateAfter": "60s", "goneAfter": "120s", "persistEvery": "30s", "sleep": sleep}),
+        json!({}),
+    )
+    .await;
+    let token = enrolled(
+        &f,
+        "m",
+        &key,
+        json!({"id": "epaper", "variant": {"label": "epaper"}}),
+    )
+    .await;
+    let first = poll(&f, "m", "epaper", &token, &[("Refresh-Rate", "12")]).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.json()["refreshSeconds"], 12, "{}", first.body);
+    let polled = Instant::now();
+    // After keepWarm (2 s) it goes down ...
+    f.wait_deployment("m-epaper", "down after keepWarm", |d| replicas(d) == Some(0))
+        .await;
+    let down = polled.elapsed();
+    // ... and comes up again before the next poll is due (12 s - 3 s warmup - 2 s margin).
+    f.wait_deployment("m-epaper", "up ahead of the poll", |d| replicas(d) == Some(1))
+        .await;
+    let up = polled.elapsed();
+    assert!(down < Duration::from_secs(6), "down after {down:?}");
+    assert!(
+        up >= Duration::from_secs(5) && up < Duration::from_secs(12),
+        "up {up:?} after the poll, expected from 7 s to before 12 s"
+    );
+    let status = f
+        .wait_status::<Mutation>("m", "awake ahead", |s| {
+            variant(s, "epaper")
+                .and_then(|v| v.sleep.as_ref())
+                .is_some_and(|s| s.state == SleepState::Awake && s.cause == Some(WakeCause::Ahead))
+        })
+        .await;
+    let reason = &variant(&status, "epaper").unwrap().sleep.as_ref().unwrap().reason;
+    assert!(reason.contains("device epaper is expected at"), "{reason}");
+    let metrics = common::http::request(f.operator.metrics_port, "GET", "/metrics", None, None)
+        .await
+        .body;
+    assert!(
+        metrics.contains("mutantops_variant_wakes_total{cause=\"ahead\"} 1"),
+        "{}",
+        metrics.lines().filter(|l| l.contains("wakes")).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// R42, issue 36 item 5: a variant made by enrollment whose device is Gone for expireAfter is
+/// removed with its device's record (Event VariantExpired); a spec variant whose device is
+/// gone too is only idled. While more than half the namespace's devices went silent together
+/// (siteSilentMin 2), nothing expires and condition SiteSilent says why, until the silence is
+/// accepted with annotation mutantops.neiam.org/silence-accepted.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn gone_devices_expire_their_made_variants_unless_the_site_went_silent() {
+    let f = Fixture::with_api("sleep-expire").await;
+    let sleep = json!({"idleAfter": "1s", "warmup": "1s", "keepWarm": "1s", "expireAfter": "2s",
+                       "maxWakePerHour": 3600, "siteSilentMin": 2});
+    let key = create(
+        &f,
+        "m",
+        json!({"enrollment": "Open", "lateAfter": "2s", "goneAfter": "4s", "persistEvery": "1s", "sleep": sleep}),
+        json!({}),
+    )
+    .await;
+    // Two devices, silent together from the start: the site is silent.
+    enrolled(&f, "m", &key, json!({"id": "a", "variant": {"label": "made-a"}})).await;
+    enrolled(&f, "m", &key, json!({"id": "b", "label": "admin-only"})).await;
+    let silent = f
+        .wait_status::<Mutation>("m", "SiteSilent", |s| {
+            s.conditions.iter().any(|c| c.type_ == "SiteSilent" && c.status == "True")
+        })
+        .await;
+    let c = silent.conditions.iter().find(|c| c.type_ == "SiteSilent").unwrap();
+    assert!(c.message.contains("2 of 2 devices"), "{c:?}");
+    // Gone for longer than expireAfter (and the operator's own watch of it), still there.
+    f.wait_status::<Mutation>("m", "both Gone", |s| {
+        s.device_summary.as_ref().is_some_and(|d| d.gone == 2)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let m = f.mutations().get("m").await.unwrap();
+    assert!(
+        m.spec.variants.iter().any(|v| v.label == "made-a"),
+        "expired while the site was silent"
+    );
+    // The silence is accepted: made-a expires, admin-only stays.
+    let accept = json!({"metadata": {"annotations": {
+        "mutantops.neiam.org/silence-accepted": k8s_openapi::jiff::Timestamp::now().to_string()
+    }}});
+    f.mutations()
+        .patch("m", &PatchParams::default(), &Patch::Merge(&accept))
+        .await
+        .unwrap();
+    f.wait_gone("m-made-a").await;
+    let m = f.mutations().get("m").await.unwrap();
+    let labels: Vec<&str> = m.spec.variants.iter().map(|v| v.label.as_str()).collect();
+    assert_eq!(labels, ["admin-only"]);
+    let status = f
+        .wait_status::<Mutation>("m", "a's record gone", |s| s.devices.iter().all(|d| d.id != "a"))
+        .await;
+    assert!(
+        status.conditions.iter().all(|c| c.type_ != "SiteSilent"),
+        "{:?}",
+        status.conditions
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = f.ns.api();
+    let expired = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("VariantExpired"))
+        .count();
+    assert_eq!(expired, 1);
+    let secret: Api<k8s_openapi::api::core::v1::Secret> = f.ns.api();
+    let registry = secret.get("m-devices").await.unwrap();
+    let keys: Vec<String> = registry.data.unwrap_or_default().into_keys().collect();
+    assert!(!keys.iter().any(|k| k == "device.a"), "{keys:?}");
+}
