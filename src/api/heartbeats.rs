@@ -406,6 +406,7 @@ mod tests {
                 last_seen: now.to_string(),
                 state: crate::crd::DeviceState::Online,
                 reported: Reported::default(),
+                poll: None,
             },
         };
         assert!(

@@ -19,6 +19,7 @@ pub(crate) fn variant_status(label: &str, state: VariantState, ready: i32) -> Va
         replicas: 1,
         ready_replicas: ready,
         service: None,
+        sleep: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn entry(id: &str, last_seen: i64, state: DeviceState) -> DeviceStatus {
         last_seen: rfc3339(t(last_seen)),
         state,
         reported: Reported::default(),
+        poll: None,
     }
 }
 
@@ -288,6 +289,11 @@ fn the_device_list_of_500_devices_stays_small() {
                 width: Some(16_384),
                 height: Some(16_384),
             },
+            poll: Some(crate::crd::PollStats {
+                last: rfc3339(t(i)),
+                interval_seconds: Some(604_800),
+                lateness_seconds: Some(302_400),
+            }),
         })
         .collect();
     let json = serde_json::json!({"devices": devices, "deviceSummary": summary(&devices)});
