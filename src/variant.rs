@@ -12,6 +12,8 @@
 //! - **own**: [`may_prune`], [`foreign`] and [`Planned::check_existing`] decide which
 //!   Deployments are ours to delete or overwrite (R6, R9);
 //! - **device tokens**: [`access`] says what a Mutation's own token may ask (R32);
+//! - **quiet hours**: [`quiet::Quiet`] checks `spec.devices.sleep.quietHours` and says when
+//!   they end and next start, in the spec's time zone, from the zone data in the binary (R42);
 //! - **placement**: `placement` merges a variant's nodeSelector, tolerations, images and
 //!   resources over the base, checks them, and bounds what a token may set of them (R37);
 //! - **pod security**: [`baseline_findings`] lists how a pod template breaks Pod Security
@@ -53,6 +55,7 @@ mod owner;
 pub(crate) mod placement;
 mod pod_security;
 mod policy;
+pub mod quiet;
 mod refusal;
 mod registry;
 mod report;

@@ -208,6 +208,7 @@ fn variant(label: &str, state: VariantState, message: Option<&str>) -> VariantSt
         replicas: 2,
         ready_replicas: if state == VariantState::Ready { 2 } else { 0 },
         service: None,
+        sleep: None,
     }
 }
 

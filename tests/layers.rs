@@ -254,6 +254,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "names",
             "registry",
             "devices",
+            "quiet",
             "sleep",
             "departure",
             "secret",
