@@ -382,7 +382,11 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
         .as_ref()
         .and_then(|s| s.variants.iter().find(|v| v.label == *variant));
     let ready = status.is_some_and(|v| v.state == VariantState::Ready && v.ready_replicas > 0);
-    let timing = sleep_timing(&m, status, id);
+    let told = state
+        .heartbeats
+        .get(ns, name, id)
+        .and_then(|beat| beat.reported.refresh_rate);
+    let timing = sleep_timing(&m, status, id, told);
     let retry = (!ready).then(|| timing.as_ref().map_or(1, |t| t.retry_after));
     let view = PollView {
         variant,
@@ -395,7 +399,9 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
     if let Some(seconds) = retry {
         state.metrics.late_wake();
         if let Ok(value) = hyper::header::HeaderValue::from_str(&seconds.to_string()) {
-            answer.headers_mut().insert(hyper::header::RETRY_AFTER, value);
+            answer
+                .headers_mut()
+                .insert(hyper::header::RETRY_AFTER, value);
         }
     }
     Ok(answer)
@@ -408,7 +414,12 @@ struct Timing {
 }
 
 /// The poll's timing under `spec.devices.sleep`; None without it.
-fn sleep_timing(m: &Mutation, status: Option<&VariantStatus>, id: &str) -> Option<Timing> {
+fn sleep_timing(
+    m: &Mutation,
+    status: Option<&VariantStatus>,
+    id: &str,
+    told: Option<u32>,
+) -> Option<Timing> {
     let spec = m.spec.devices.as_ref()?.sleep.as_ref()?;
     let policy = SleepPolicy::of(spec).ok()?;
     let now = Timestamp::now();
@@ -424,14 +435,23 @@ fn sleep_timing(m: &Mutation, status: Option<&VariantStatus>, id: &str) -> Optio
         }
         None => warmup,
     };
-    let interval = listed(m)
-        .iter()
-        .find(|d| d.id == id)
-        .and_then(|d| d.poll.as_ref()?.interval_seconds.or(d.reported.refresh_rate))
+    let quiet = policy.quiet_until(now).map(|(end, _)| {
+        u64::try_from(end.as_second() - now.as_second())
+            .unwrap_or(0)
+            .max(1)
+    });
+    let interval = told
+        .or_else(|| {
+            let d = listed(m).iter().find(|d| d.id == id)?;
+            d.poll
+                .as_ref()?
+                .interval_seconds
+                .or(d.reported.refresh_rate)
+        })
         .map(u64::from);
     Some(Timing {
         retry_after,
-        refresh: interval,
+        refresh: quiet.or(interval),
     })
 }
 

@@ -8,10 +8,9 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{
-    QuietHours, SleepSpec,
     ContainerOverride, DeviceAccess, DevicesSpec, EmbeddedJson, Enrollment, IpFamily,
-    IpFamilyPolicy, Mutation, ServicePortSpec, ServiceProtocol, ServiceSpec, ServiceType, StrMap,
-    Toleration, TrafficPolicy, Variant, VariantStatus,
+    IpFamilyPolicy, Mutation, QuietHours, ServicePortSpec, ServiceProtocol, ServiceSpec,
+    ServiceType, SleepSpec, StrMap, Toleration, TrafficPolicy, Variant, VariantStatus,
 };
 
 use super::placement::{ContainerRequest, TolerationRequest};

@@ -124,11 +124,8 @@ async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
                 }
                 let mut updated = heard(entry, d.now, &d.reported);
                 if d.poll {
-                    updated.poll = Some(polled(
-                        entry.poll.as_ref(),
-                        d.now,
-                        d.reported.refresh_rate,
-                    ));
+                    updated.poll =
+                        Some(polled(entry.poll.as_ref(), d.now, d.reported.refresh_rate));
                 }
                 match at {
                     Some(i) => list[i] = updated,

@@ -27,8 +27,8 @@ use crate::{
     http,
     variant::{
         Base, Owner, access::validate_device_access, build_service, devices::Policy,
-        sleep::SleepPolicy,
-        placement::validate_containers, validate_mutation_name, validate_variants,
+        placement::validate_containers, sleep::SleepPolicy, validate_mutation_name,
+        validate_variants,
     },
 };
 

@@ -1,12 +1,16 @@
 //! What every step of a reconcile shares: the [`Context`] of one controller, and how soon an
 //! owner is reconciled again.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use kube::{Client, runtime::reflector::Store};
 use tokio::sync::watch;
 
-use super::{announce, events, sleep::ExpiryMemory};
+use super::{announce, events};
 use crate::{
     cache::Caches,
     metrics::Metrics,
@@ -44,4 +48,13 @@ pub struct Context {
     pub pod_security: PodSecurity,
     /// What this replica remembers of expiring sleeping variants (R42).
     pub expiry: ExpiryMemory,
+}
+
+/// What this replica remembers of expiring sleeping variants (R42, `sleep::expire`): since
+/// when, by its own monotonic clock, each variant has been due, and when it expired the ones
+/// of the last hour.
+#[derive(Default)]
+pub struct ExpiryMemory {
+    pub(super) due: Mutex<HashMap<(String, String, String), Instant>>,
+    pub(super) done: Mutex<Vec<Instant>>,
 }

@@ -4,7 +4,9 @@
 //! Each is driven by the feeds of [`crate::cache`]: its owners and, through label selectors,
 //! only the Deployments and Services (and for Mutations the Secrets) that it generated. Owners are
 //! re-queued on spec changes only (generation), so the operator's own status writes do not
-//! loop; a periodic resync is the backstop (R13).
+//! loop; a periodic resync is the backstop (R13). A Mutation whose variants sleep is also
+//! re-queued when a device's poll is written or its silence is accepted (`sleep::changes`):
+//! a poll is what wakes a variant (R42).
 
 mod announce;
 mod context;
@@ -22,7 +24,7 @@ use std::sync::Arc;
 use futures::{Future, StreamExt};
 use kube::{
     Client, ResourceExt,
-    runtime::{Controller, WatchStreamExt, controller::Action, predicates, reflector},
+    runtime::{Controller, WatchStreamExt, controller::Action, reflector},
 };
 use tokio::sync::watch;
 
@@ -89,7 +91,7 @@ where
         services,
         secrets,
     } = feeds;
-    let owner_feed = owner_feed.predicate_filter(predicates::generation, Default::default());
+    let owner_feed = owner_feed.predicate_filter(sleep::changes::<K>, Default::default());
     // A replica that becomes the leader reconciles every owner it has cached: while it
     // followed, its reconciles did nothing.
     let mut controller = Controller::for_stream(owner_feed, owners)
@@ -116,7 +118,7 @@ where
         metrics: metrics.clone(),
         leader,
         pod_security: who.pod_security,
-        expiry: sleep::ExpiryMemory::default(),
+        expiry: context::ExpiryMemory::default(),
     });
     // Issue 35, item 4: the counts of repeated Events are written even when the repeats
     // stop; the task ends with the controller (its context).

@@ -95,7 +95,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     };
     let sleeping = match (&device_policy, &sleep_policy) {
         (Some(devices), Some(sleep)) => {
-            sleep::plan(&ctx, &owner, obj.variants(), &previous, devices, sleep, None)
+            sleep::plan(&ctx, &owner, obj.variants(), &previous, devices, sleep)
         }
         _ => Sleeping::default(),
     };
@@ -166,7 +166,9 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         variants,
         now: &now,
     });
-    status.conditions.extend(sleeping.condition(&previous, &now));
+    status
+        .conditions
+        .extend(sleeping.condition(&previous, &now));
     // The device list is written apart (`devices`); it is the same status either way.
     status.devices.clone_from(&previous.devices);
     status.device_summary.clone_from(&previous.device_summary);
@@ -189,9 +191,16 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         (Some(devices), Some(sleep)) => {
             let registry = devices::registry(&ctx, &owner);
             let silent = sleeping.silent.is_some();
-            let (expired, next) =
-                sleep::expire(&ctx, &owner, obj.as_ref(), &registry, devices, sleep, silent)
-                    .await?;
+            let (expired, next) = sleep::expire(
+                &ctx,
+                &owner,
+                obj.as_ref(),
+                &registry,
+                devices,
+                sleep,
+                silent,
+            )
+            .await?;
             if !expired.is_empty() {
                 ctx.metrics.variants_expired(expired.len());
                 let note = format!(
@@ -199,7 +208,15 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
                      for spec.devices.sleep.expireAfter; their devices' records went with them",
                     expired.join(", ")
                 );
-                publish(&ctx, obj.as_ref(), EventType::Normal, "VariantExpired", note, None).await;
+                publish(
+                    &ctx,
+                    obj.as_ref(),
+                    EventType::Normal,
+                    "VariantExpired",
+                    note,
+                    None,
+                )
+                .await;
                 tracing::info!(namespace = %owner.namespace, name = %owner.name, variants = ?expired, "expired variants of devices gone");
             }
             next

@@ -11,8 +11,7 @@
 //! hour on this replica.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Mutex,
+    collections::BTreeMap,
     time::{Duration, Instant},
 };
 
@@ -27,14 +26,15 @@ use super::context::Context;
 use crate::{
     Result,
     crd::{
-        Condition, DeviceStatus, Mutation, OwnerResource, OwnerStatus, SleepState, Variant, VariantState,
-        VariantStatus,
+        Condition, DeviceStatus, Mutation, OwnerResource, OwnerStatus, SleepState, Variant,
+        VariantState, VariantStatus,
     },
+    submit::devices::write as write_devices,
     variant::{
         Owner,
+        departure::{expiring, site_silent},
         devices::{Policy, Registry, devices_secret_name},
         is_controlled_by,
-        departure::{expiring, site_silent},
         sleep::{Decision, Moment, SleepPolicy, Sleeper, decide},
     },
 };
@@ -48,14 +48,6 @@ pub const SITE_SILENT: &str = "SiteSilent";
 pub const EXPIRED_PER_HOUR: usize = 20;
 /// The longest this process watches a variant be due before it expires it.
 const WATCHED: Duration = Duration::from_secs(600);
-
-/// What this replica remembers of expiry: since when (its own clock) each variant has been
-/// due, and what it expired within the hour.
-#[derive(Default)]
-pub struct ExpiryMemory {
-    due: Mutex<HashMap<(String, String, String), Instant>>,
-    done: Mutex<Vec<Instant>>,
-}
 
 /// What sleep decided for one Mutation.
 #[derive(Debug, Default)]
@@ -151,9 +143,9 @@ pub fn plan(
     previous: &OwnerStatus,
     devices: &Policy,
     sleep: &SleepPolicy,
-    quiet_until: Option<(Timestamp, String)>,
 ) -> Sleeping {
     let now = Timestamp::now();
+    let quiet_until = sleep.quiet_until(now);
     let (site, accepted) = namespace_devices(ctx, &owner.namespace);
     let site: Vec<&DeviceStatus> = site.iter().collect();
     let silent = site_silent(&site, devices.late_after, sleep.site_silent_min, accepted);
@@ -213,7 +205,13 @@ pub async fn expire<K: OwnerResource>(
         let Ok(mut seen) = ctx.expiry.due.lock() else {
             return Ok((Vec::new(), next));
         };
-        let key = |label: &str| (owner.namespace.clone(), owner.name.clone(), label.to_owned());
+        let key = |label: &str| {
+            (
+                owner.namespace.clone(),
+                owner.name.clone(),
+                label.to_owned(),
+            )
+        };
         seen.retain(|(ns, name, label), _| {
             ns != &owner.namespace || name != &owner.name || due.contains(label)
         });
@@ -239,13 +237,17 @@ pub async fn expire<K: OwnerResource>(
             done.retain(|t| t.elapsed() < Duration::from_secs(3600));
             if done.len() >= EXPIRED_PER_HOUR {
                 tracing::warn!(namespace = %owner.namespace, name = %owner.name, variant = %label, "expiry held back: {EXPIRED_PER_HOUR} variants expired within the hour");
-                wait = [wait, Some(Duration::from_secs(60))].into_iter().flatten().min();
+                wait = [wait, Some(Duration::from_secs(60))]
+                    .into_iter()
+                    .flatten()
+                    .min();
                 break;
             }
             done.push(Instant::now());
         }
-        remove_variant(ctx, owner, obj, &label).await?;
+        remove_variant(ctx, owner, &label).await?;
         forget_devices(ctx, owner, &label).await?;
+        unlist_devices(ctx, owner, &label).await?;
         expired.push(label);
     }
     Ok((expired, wait))
@@ -253,26 +255,52 @@ pub async fn expire<K: OwnerResource>(
 
 /// Removes variant `label` from the Mutation's spec, on the resourceVersion it was cached at
 /// (a conflict fails the reconcile, which is tried again on what changed).
-async fn remove_variant<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    obj: &K,
-    label: &str,
-) -> Result<()> {
-    if !obj.variants().iter().any(|v| v.label == label) {
-        return Ok(());
-    }
-    let variants: Vec<&Variant> = obj.variants().iter().filter(|v| v.label != label).collect();
-    let patch = json!({
-        "metadata": { "resourceVersion": obj.meta().resource_version },
-        "spec": { "variants": variants },
-    });
+async fn remove_variant(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
     let api: Api<Mutation> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let params = PatchParams {
         field_manager: Some("mutantops-operator".into()),
         ..PatchParams::default()
     };
-    api.patch(&owner.name, &params, &Patch::Merge(&patch)).await?;
+    let mut attempt = 0;
+    loop {
+        let Some(m) = api.get_opt(&owner.name).await? else {
+            return Ok(());
+        };
+        if !m.spec.variants.iter().any(|v| v.label == label) {
+            return Ok(());
+        }
+        let variants: Vec<&Variant> = m
+            .spec
+            .variants
+            .iter()
+            .filter(|v| v.label != label)
+            .collect();
+        let patch = json!({
+            "metadata": { "resourceVersion": m.metadata.resource_version },
+            "spec": { "variants": variants },
+        });
+        match api.patch(&owner.name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(()),
+            // Someone else wrote meanwhile (a device, the admin): read again.
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => attempt += 1,
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// Drops the status entries of the devices of variant `label`.
+async fn unlist_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
+    write_devices(&ctx.client, &owner.namespace, &owner.name, |m| {
+        let listed = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+        listed.iter().any(|d| d.variant == label).then(|| {
+            listed
+                .iter()
+                .filter(|d| d.variant != label)
+                .cloned()
+                .collect()
+        })
+    })
+    .await?;
     Ok(())
 }
 
@@ -281,25 +309,33 @@ async fn remove_variant<K: OwnerResource>(
 async fn forget_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let name = devices_secret_name(&owner.name);
-    let Some(mut secret) = api.get_opt(&name).await? else {
-        return Ok(());
-    };
-    if !is_controlled_by(&secret.metadata, &owner.uid) {
-        return Ok(());
-    }
-    let mut registry = Registry::from_data(secret.data.as_ref().unwrap_or(&Default::default()));
-    registry.devices.retain(|_, d| d.variant != label);
-    if !registry.made.remove(label) {
-        return Ok(());
-    }
-    secret.data = Some(registry.to_data());
-    secret.string_data = None;
     let params = PostParams {
         field_manager: Some("mutantops-operator".into()),
         ..PostParams::default()
     };
-    api.replace(&name, &params, &secret).await?;
-    Ok(())
+    let mut attempt = 0;
+    loop {
+        let Some(mut secret) = api.get_opt(&name).await? else {
+            return Ok(());
+        };
+        if !is_controlled_by(&secret.metadata, &owner.uid) {
+            return Ok(());
+        }
+        let data = secret.data.take().unwrap_or_default();
+        let mut registry = Registry::from_data(&data);
+        registry.devices.retain(|_, d| d.variant != label);
+        if !registry.made.remove(label) {
+            return Ok(());
+        }
+        secret.data = Some(registry.to_data());
+        secret.string_data = None;
+        match api.replace(&name, &params, &secret).await {
+            Ok(_) => return Ok(()),
+            // An enrollment or a removal wrote meanwhile: read again.
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => attempt += 1,
+            Err(err) => return Err(err.into()),
+        }
+    }
 }
 
 /// Counts what the status just written says happened (R42, issue 36 item 8): each variant
@@ -332,4 +368,29 @@ pub fn count(ctx: &Context, previous: &OwnerStatus, status: &OwnerStatus) {
             ctx.metrics.variant_ready_after(seconds.max(0) as f64);
         }
     }
+}
+
+/// What re-queues an owner (its watch's predicate): its generation, as for every owner, and
+/// for a Mutation whose variants sleep, its devices' last polls and the time its silence was
+/// accepted. The operator's own status writes change none of these, so they do not loop.
+pub fn changes<K: OwnerResource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let generation = obj.meta().generation;
+    let sleeps = obj.devices().is_some_and(|d| d.sleep.is_some());
+    if !sleeps {
+        return generation.map(|g| g as u64);
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    generation.hash(&mut hasher);
+    for d in obj.owner_status().map_or(&[][..], |s| &s.devices[..]) {
+        if let Some(poll) = &d.poll {
+            (&d.id, &poll.last).hash(&mut hasher);
+        }
+    }
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SILENCE_ACCEPTED))
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }

@@ -3,8 +3,9 @@
 //! status entry); and what a variant's status says of its sleep ([`VariantSleep`]).
 //!
 //! Like the rest of the spec these decode leniently; the schema carries the bounds, and what
-//! it cannot say (durations in order, a known time zone, wakes per hour the durations allow)
-//! is checked by `variant::sleep` and reported in the Mutation's status message.
+//! it cannot say (durations in order, wakes per hour the durations allow) is checked by
+//! `variant::sleep`, the zone, days and times by `variant::quiet`, and reported in the
+//! Mutation's status message.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -216,7 +216,8 @@ fn parse_time(text: &str) -> Option<Timestamp> {
 pub const REGISTRY_GRACE: Duration = Duration::from_secs(60);
 
 /// The device list the status should hold at `now`: one entry per device of the registry, by
-/// id, keeping what was written of each (last seen, reported) and its state as time made it.
+/// id, keeping what was written of each (last seen, reported, polls) and its state as time
+/// made it.
 /// A device the status does not list yet was last seen when it enrolled; one the registry does
 /// not show is dropped unless it enrolled within [`REGISTRY_GRACE`].
 pub fn sync(
@@ -244,6 +245,7 @@ pub fn sync(
             if let Some(d) = known.get(id.as_str()) {
                 entry.last_seen.clone_from(&d.last_seen);
                 entry.reported = d.reported.clone();
+                entry.poll.clone_from(&d.poll);
             }
             entry.state = parse_time(&entry.last_seen)
                 .map_or(DeviceState::Online, |seen| state_at(seen, now, policy));

@@ -17,6 +17,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::devices::{parse_duration, rfc3339};
+use super::quiet::Quiet;
 use crate::crd::{
     DeviceState, DeviceStatus, PollStats, SleepSpec, SleepState, VariantSleep, WakeCause,
     sleep::{
@@ -45,6 +46,8 @@ pub struct SleepPolicy {
     pub max_wake_per_hour: u32,
     /// Fewest silent devices that make a site silent.
     pub site_silent_min: usize,
+    /// Quiet hours, if any.
+    pub quiet: Option<Quiet>,
 }
 
 impl SleepPolicy {
@@ -54,8 +57,7 @@ impl SleepPolicy {
     pub fn of(spec: &SleepSpec) -> Result<SleepPolicy, String> {
         let duration = |field: &str, value: &Option<String>, default: &str| {
             let text = value.as_deref().unwrap_or(default);
-            let d =
-                parse_duration(text).map_err(|e| format!("spec.devices.sleep.{field}: {e}"))?;
+            let d = parse_duration(text).map_err(|e| format!("spec.devices.sleep.{field}: {e}"))?;
             if d > super::devices::MAX_DURATION {
                 return Err(format!(
                     "spec.devices.sleep.{field}: {text} is out of range: at most 8784h"
@@ -93,7 +95,9 @@ impl SleepPolicy {
                 3600_u64.div_ceil(u64::from(max_wake_per_hour)),
             ));
         }
+        let quiet = spec.quiet_hours.as_ref().map(Quiet::of).transpose()?;
         Ok(SleepPolicy {
+            quiet,
             idle_after,
             warmup,
             keep_warm,
@@ -101,6 +105,15 @@ impl SleepPolicy {
             max_wake_per_hour,
             site_silent_min: usize::try_from(min).unwrap_or(1),
         })
+    }
+}
+
+impl SleepPolicy {
+    /// When quiet hours end, and how to say it, if `now` is inside them.
+    pub fn quiet_until(&self, now: Timestamp) -> Option<(Timestamp, String)> {
+        let quiet = self.quiet.as_ref()?;
+        let end = quiet.end_of(now)?;
+        Some((end, quiet.local(end)))
     }
 }
 
@@ -120,7 +133,11 @@ fn plus(t: Timestamp, seconds: i64) -> Timestamp {
 /// (`Refresh-Rate`), else a moving average of the gaps between its polls (a gap of more than
 /// one and a half intervals is a missed poll and not counted); its lateness a moving average
 /// of how far from the expected time it came.
-pub fn polled(previous: Option<&PollStats>, now: Timestamp, refresh_rate: Option<u32>) -> PollStats {
+pub fn polled(
+    previous: Option<&PollStats>,
+    now: Timestamp,
+    refresh_rate: Option<u32>,
+) -> PollStats {
     let last = previous.and_then(|p| at(&p.last));
     let gap = last.map(|l| now.as_second().saturating_sub(l.as_second()));
     let known = previous.and_then(|p| p.interval_seconds);
@@ -265,9 +282,8 @@ pub fn decide(policy: &SleepPolicy, variant: &Sleeper<'_>, moment: &Moment) -> D
             .flatten()
             .min();
     }
-    decision.next = next.map(|t| {
-        Duration::from_secs(u64::try_from(t.as_second() - now.as_second()).unwrap_or(0))
-    });
+    decision.next = next
+        .map(|t| Duration::from_secs(u64::try_from(t.as_second() - now.as_second()).unwrap_or(0)));
     decision
 }
 
@@ -330,7 +346,11 @@ fn last_poll(d: &DeviceStatus) -> Option<Timestamp> {
 
 /// The next window of device `d` that ends after `now`: from `warmup` and its margin before
 /// its next expected poll to `keepWarm` and its margin after it.
-fn window(policy: &SleepPolicy, d: &DeviceStatus, now: Timestamp) -> Option<(Timestamp, Timestamp, Timestamp)> {
+fn window(
+    policy: &SleepPolicy,
+    d: &DeviceStatus,
+    now: Timestamp,
+) -> Option<(Timestamp, Timestamp, Timestamp)> {
     let poll = d.poll.as_ref()?;
     let last = at(&poll.last)?;
     let interval = i64::from(poll.interval_seconds?).max(1);
@@ -382,7 +402,10 @@ fn up(
             None => {
                 return Some(Up {
                     cause: WakeCause::Unknown,
-                    reason: format!("device {} is online and polls at no known interval yet", d.id),
+                    reason: format!(
+                        "device {} is online and polls at no known interval yet",
+                        d.id
+                    ),
                     until: None,
                 });
             }
@@ -422,7 +445,11 @@ fn up(
         *next = [*next, Some(until)].into_iter().flatten().min();
         return Some(Up {
             cause: WakeCause::Unknown,
-            reason: format!("no device online since {}: idle at {}", rfc3339(from), rfc3339(until)),
+            reason: format!(
+                "no device online since {}: idle at {}",
+                rfc3339(from),
+                rfc3339(until)
+            ),
             until: Some(until),
         });
     }
@@ -445,12 +472,18 @@ fn idle_reason(variant: &Sleeper<'_>, now: Timestamp) -> String {
     let next = online(variant)
         .filter_map(|d| {
             let p = d.poll.as_ref()?;
-            Some((plus(at(&p.last)?, i64::from(p.interval_seconds?)), d.id.as_str()))
+            Some((
+                plus(at(&p.last)?, i64::from(p.interval_seconds?)),
+                d.id.as_str(),
+            ))
         })
         .filter(|(t, _)| *t >= now)
         .min();
     match next {
-        Some((t, id)) => format!("asleep until device {id}'s next poll, expected at {}", rfc3339(t)),
+        Some((t, id)) => format!(
+            "asleep until device {id}'s next poll, expected at {}",
+            rfc3339(t)
+        ),
         None => "no device online".to_owned(),
     }
 }

@@ -5,8 +5,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{
-    DeviceState, DeviceStatus, PollStats, Reported, SleepSpec, SleepState, VariantSleep,
-    WakeCause,
+    DeviceState, DeviceStatus, PollStats, Reported, SleepSpec, SleepState, VariantSleep, WakeCause,
 };
 use crate::variant::devices::rfc3339;
 use crate::variant::sleep::*;
@@ -23,6 +22,7 @@ fn policy() -> SleepPolicy {
         expire_after: Duration::from_secs(600),
         max_wake_per_hour: 30,
         site_silent_min: 5,
+        quiet: None,
     }
 }
 
@@ -86,7 +86,11 @@ fn a_variant_is_up_around_each_expected_poll_and_down_between() {
     let at20 = run(&d, Some(&awake), &moment(20));
     assert_eq!(at20.sleep.state, SleepState::Idle);
     assert_eq!(at20.sleep.since, rfc3339(t(20)));
-    assert!(at20.sleep.reason.contains("next poll"), "{}", at20.sleep.reason);
+    assert!(
+        at20.sleep.reason.contains("next poll"),
+        "{}",
+        at20.sleep.reason
+    );
     assert_eq!(at20.next, Some(Duration::from_secs(68)));
     // at 88 it starts, ahead of the poll, and one wake is counted
     let at88 = run(&d, Some(&at20.sleep), &moment(88));
@@ -132,7 +136,10 @@ fn no_known_interval_keeps_it_up_and_idle_after_counts_from_late() {
     let d = run(&[], Some(&awake), &moment(59));
     assert_eq!(d.sleep.state, SleepState::Awake);
     let d = run(&[], Some(&awake), &moment(60));
-    assert_eq!((d.sleep.state, d.sleep.reason.as_str()), (SleepState::Idle, "no device uses it"));
+    assert_eq!(
+        (d.sleep.state, d.sleep.reason.as_str()),
+        (SleepState::Idle, "no device uses it")
+    );
 }
 
 // R42, issue 36 item 4: a device that comes late learns a margin; a poll far off is a missed
@@ -140,7 +147,10 @@ fn no_known_interval_keeps_it_up_and_idle_after_counts_from_late() {
 #[test]
 fn polls_teach_an_interval_and_a_margin() {
     let first = polled(None, t(0), None);
-    assert_eq!((first.interval_seconds, first.lateness_seconds), (None, None));
+    assert_eq!(
+        (first.interval_seconds, first.lateness_seconds),
+        (None, None)
+    );
     let second = polled(Some(&first), t(100), None);
     assert_eq!(second.interval_seconds, Some(100));
     let third = polled(Some(&second), t(212), None);
@@ -148,7 +158,10 @@ fn polls_teach_an_interval_and_a_margin() {
     assert_eq!(third.lateness_seconds, Some(3));
     // a missed poll (gap of 2 intervals) changes neither
     let fourth = polled(Some(&third), t(418), None);
-    assert_eq!((fourth.interval_seconds, fourth.lateness_seconds), (Some(103), Some(3)));
+    assert_eq!(
+        (fourth.interval_seconds, fourth.lateness_seconds),
+        (Some(103), Some(3))
+    );
     // Refresh-Rate wins over what was measured
     let told = polled(Some(&fourth), t(520), Some(900));
     assert_eq!(told.interval_seconds, Some(900));
@@ -178,7 +191,11 @@ fn a_variant_that_woke_too_often_stays_up() {
     assert_eq!(stay.next, Some(Duration::from_secs(38)));
     let later = run(&d, Some(&stay.sleep), &moment(130));
     assert_eq!(later.sleep.state, SleepState::Awake);
-    assert_eq!(later.next, Some(Duration::from_secs(58)), "the next window, at 188");
+    assert_eq!(
+        later.next,
+        Some(Duration::from_secs(58)),
+        "the next window, at 188"
+    );
 }
 
 // R42, issue 36 items 5, 7: a silent site puts nothing down; quiet hours put it down and say
@@ -191,7 +208,10 @@ fn site_silence_and_quiet_hours() {
         site_silent: true,
         ..moment(50)
     };
-    assert_eq!(run(&d, Some(&awake), &silent).sleep.state, SleepState::Awake);
+    assert_eq!(
+        run(&d, Some(&awake), &silent).sleep.state,
+        SleepState::Awake
+    );
     let quiet = Moment {
         quiet_until: Some((t(5000), "07:00 Europe/Berlin".into())),
         ..moment(5)
@@ -212,9 +232,15 @@ fn the_decision_depends_only_on_what_is_persisted() {
     let d = [device("a", 0, Some(100), DeviceState::Online)];
     let idle = state(SleepState::Idle, 20);
     for now in [21, 50, 87, 88, 121] {
-        assert_eq!(run(&d, Some(&idle), &moment(now)), run(&d, Some(&idle), &moment(now)));
+        assert_eq!(
+            run(&d, Some(&idle), &moment(now)),
+            run(&d, Some(&idle), &moment(now))
+        );
     }
-    assert_eq!(run(&d, Some(&idle), &moment(87)).sleep.state, SleepState::Idle);
+    assert_eq!(
+        run(&d, Some(&idle), &moment(87)).sleep.state,
+        SleepState::Idle
+    );
 }
 
 // R42, issue 36 item 4: the owner is refused durations that would start a variant more often
@@ -227,8 +253,13 @@ fn durations_that_wake_too_often_are_refused() {
         max_wake_per_hour: Some(max),
         ..SleepSpec::default()
     };
-    assert!(SleepPolicy::of(&SleepSpec::default()).is_ok(), "the defaults hold");
-    let err = SleepPolicy::of(&spec("5s", "5s", 30)).err().unwrap_or_default();
+    assert!(
+        SleepPolicy::of(&SleepSpec::default()).is_ok(),
+        "the defaults hold"
+    );
+    let err = SleepPolicy::of(&spec("5s", "5s", 30))
+        .err()
+        .unwrap_or_default();
     assert!(err.contains("360 times an hour"), "{err}");
     assert!(err.contains("at least 120s"), "{err}");
     assert!(SleepPolicy::of(&spec("60s", "60s", 30)).is_ok());
