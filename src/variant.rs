@@ -65,6 +65,7 @@ mod status;
 mod step;
 pub mod totals;
 mod validate;
+pub mod wake;
 
 #[cfg(test)]
 mod tests;

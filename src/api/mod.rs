@@ -27,6 +27,7 @@ mod liveness;
 mod mutations;
 pub mod namespaces;
 mod placement;
+mod poll;
 mod registry;
 pub mod routes;
 mod state;
@@ -257,7 +258,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         Action::GetDevice => devices::get(state, &caller, ns, name, id).await,
         Action::RemoveDevice => devices::remove(state, &caller, ns, name, id).await,
         Action::RotateToken => devices::rotate(state, &caller, ns, name, id).await,
-        Action::Poll => devices::poll(state, &caller, ns, name).await,
+        Action::Poll => poll::poll(state, &caller, ns, name).await,
     }
 }
 

@@ -5,7 +5,7 @@
 //! only the Deployments and Services (and for Mutations the Secrets) that it generated. Owners are
 //! re-queued on spec changes only (generation), so the operator's own status writes do not
 //! loop; a periodic resync is the backstop (R13). A Mutation whose variants sleep is also
-//! re-queued when a device's poll is written or its silence is accepted (`sleep::changes`):
+//! re-queued when a device's poll is written or its silence is accepted (`changes`):
 //! a poll is what wakes a variant (R42).
 
 mod announce;
@@ -91,7 +91,7 @@ where
         services,
         secrets,
     } = feeds;
-    let owner_feed = owner_feed.predicate_filter(sleep::changes::<K>, Default::default());
+    let owner_feed = owner_feed.predicate_filter(changes::<K>, Default::default());
     // A replica that becomes the leader reconciles every owner it has cached: while it
     // followed, its reconciles did nothing.
     let mut controller = Controller::for_stream(owner_feed, owners)
@@ -286,6 +286,31 @@ pub fn start(
     async move {
         futures::join!(run_md, run_mutations);
     }
+}
+
+/// What re-queues an owner (its watch's predicate): its generation, as for every owner, and
+/// for a Mutation whose variants sleep, its devices' last polls and the time its silence was
+/// accepted. The operator's own status writes change none of these, so they do not loop.
+fn changes<K: OwnerResource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let generation = obj.meta().generation;
+    let sleeps = obj.devices().is_some_and(|d| d.sleep.is_some());
+    if !sleeps {
+        return generation.map(|g| g as u64);
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    generation.hash(&mut hasher);
+    for d in obj.owner_status().map_or(&[][..], |s| &s.devices[..]) {
+        if let Some(poll) = &d.poll {
+            (&d.id, &poll.last).hash(&mut hasher);
+        }
+    }
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(sleep::SILENCE_ACCEPTED))
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 #[cfg(test)]

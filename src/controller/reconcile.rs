@@ -33,8 +33,7 @@ use super::{
     devices,
     events::EventType,
     secret::{self, SecretState},
-    services,
-    sleep::{self, Sleeping},
+    services, sleep,
     tell::{Created, announce_created, announce_problems, deployment_ref, publish},
     write::{self, WriteError},
 };
@@ -47,7 +46,6 @@ use crate::{
         Planned,
         converge::{self, Done, Next, Outcome},
         devices::Policy,
-        sleep::SleepPolicy,
     },
 };
 
@@ -83,22 +81,14 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     };
     // R42: spec.devices.sleep, checked like the rest of spec.devices; one that does not hold
     // is reported and no variant sleeps.
-    let sleep_policy = match (&device_policy, obj.devices().and_then(|d| d.sleep.as_ref())) {
-        (Some(_), Some(spec)) => match SleepPolicy::of(spec) {
-            Ok(policy) => Some(policy),
-            Err(problem) => {
-                problems.push(problem);
-                None
-            }
-        },
-        _ => None,
-    };
-    let sleeping = match (&device_policy, &sleep_policy) {
-        (Some(devices), Some(sleep)) => {
-            sleep::plan(&ctx, &owner, obj.variants(), &previous, devices, sleep)
-        }
-        _ => Sleeping::default(),
-    };
+    let (sleep_policy, sleeping) = sleep::prepare(
+        &ctx,
+        &owner,
+        obj.as_ref(),
+        device_policy.as_ref(),
+        &previous,
+        &mut problems,
+    );
     let declared = sleeping.effective(obj.variants());
     let base = obj.base().value();
     let observed = observe(&ctx, &owner);
@@ -142,11 +132,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     };
     announce_created(&ctx, &owner, obj.as_ref(), &created).await;
     let variants = match &base_error {
-        None => {
-            let mut variants = variants;
-            sleeping.report(&mut variants);
-            variants
-        }
+        None => sleeping.report(variants),
         Some(problem) => {
             let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
             let owned = observed.iter().map(Arc::as_ref);
@@ -166,9 +152,8 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         variants,
         now: &now,
     });
-    status
-        .conditions
-        .extend(sleeping.condition(&previous, &now));
+    let silent = sleeping.condition(&previous, &now);
+    status.conditions.extend(silent);
     // The device list is written apart (`devices`); it is the same status either way.
     status.devices.clone_from(&previous.devices);
     status.device_summary.clone_from(&previous.device_summary);
@@ -187,52 +172,16 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         None => None,
     };
     // R42: variants made by enrollment whose devices are gone.
-    let expiry = match (&device_policy, &sleep_policy) {
-        (Some(devices), Some(sleep)) => {
-            let registry = devices::registry(&ctx, &owner);
-            let silent = sleeping.silent.is_some();
-            let (expired, next) = sleep::expire(
-                &ctx,
-                &owner,
-                obj.as_ref(),
-                &registry,
-                devices,
-                sleep,
-                silent,
-            )
-            .await?;
-            if !expired.is_empty() {
-                ctx.metrics.variants_expired(expired.len());
-                let note = format!(
-                    "removed variant(s) {} made by enrollment: every device of theirs was Gone \
-                     for spec.devices.sleep.expireAfter; their devices' records went with them",
-                    expired.join(", ")
-                );
-                publish(
-                    &ctx,
-                    obj.as_ref(),
-                    EventType::Normal,
-                    "VariantExpired",
-                    note,
-                    None,
-                )
-                .await;
-                tracing::info!(namespace = %owner.namespace, name = %owner.name, variants = ?expired, "expired variants of devices gone");
-            }
-            next
-        }
-        _ => None,
-    };
+    let (devices, policy) = (device_policy.as_ref(), sleep_policy.as_ref());
+    let expiry = sleep::expire_gone(&ctx, &owner, obj.as_ref(), devices, policy, &sleeping).await?;
     // A variant a quota or an admission policy refused is tried again sooner than the resync:
     // freeing the quota or changing the policy is no event of this owner's (R35), and neither
     // is labelling the namespace privileged (R33).
     let after = if denied { REFUSED_RETRY } else { RESYNC_AFTER };
-    let after = device_change.map_or(after, |change| after.min(change + DEVICE_SLACK));
-    let after = [sleeping.next(), expiry]
+    let changes = [device_change, sleeping.next(), expiry]
         .into_iter()
-        .flatten()
-        .map(|change| change + DEVICE_SLACK)
-        .fold(after, std::time::Duration::min);
+        .flatten();
+    let after = changes.fold(after, |after, change| after.min(change + DEVICE_SLACK));
     Ok(Action::requeue(after))
 }
 

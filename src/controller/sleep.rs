@@ -22,7 +22,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::context::Context;
+use super::{context::Context, events::EventType, tell::publish};
 use crate::{
     Result,
     crd::{
@@ -35,7 +35,8 @@ use crate::{
         departure::{expiring, site_silent},
         devices::{Policy, Registry, devices_secret_name},
         is_controlled_by,
-        sleep::{Decision, Moment, SleepPolicy, Sleeper, decide},
+        sleep::SleepPolicy,
+        wake::{Decision, Moment, Sleeper, decide},
     },
 };
 
@@ -80,8 +81,8 @@ impl Sleeping {
 
     /// Each variant's sleep in its status; an idle one whose Deployment is applied is `Idle`,
     /// with why.
-    pub fn report(&self, statuses: &mut [VariantStatus]) {
-        for s in statuses {
+    pub fn report(&self, mut statuses: Vec<VariantStatus>) -> Vec<VariantStatus> {
+        for s in &mut statuses {
             let Some(d) = self.decisions.get(&s.label) else {
                 continue;
             };
@@ -92,6 +93,7 @@ impl Sleeping {
                 s.message = Some(d.sleep.reason.clone());
             }
         }
+        statuses
     }
 
     /// The `SiteSilent` condition, while the site is silent; its transition time kept.
@@ -135,6 +137,32 @@ fn namespace_devices(ctx: &Context, namespace: &str) -> (Vec<DeviceStatus>, Opti
     (devices, accepted)
 }
 
+/// `obj`'s `spec.devices.sleep`, checked (a problem is pushed to `problems`, and then no
+/// variant sleeps), and what it decides now.
+pub fn prepare<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    devices: Option<&Policy>,
+    previous: &OwnerStatus,
+    problems: &mut Vec<String>,
+) -> (Option<SleepPolicy>, Sleeping) {
+    let (Some(devices), Some(spec)) = (devices, obj.devices().and_then(|d| d.sleep.as_ref()))
+    else {
+        return (None, Sleeping::default());
+    };
+    match SleepPolicy::of(spec) {
+        Ok(policy) => {
+            let sleeping = plan(ctx, owner, obj.variants(), previous, devices, &policy);
+            (Some(policy), sleeping)
+        }
+        Err(problem) => {
+            problems.push(problem);
+            (None, Sleeping::default())
+        }
+    }
+}
+
 /// Decides, for every variant of `variants` that sleeps, whether it is up now.
 pub fn plan(
     ctx: &Context,
@@ -174,6 +202,35 @@ pub fn plan(
         decisions.insert(v.label.clone(), decide(sleep, &sleeper, &moment));
     }
     Sleeping { decisions, silent }
+}
+
+/// Expires what [`expire`] finds due, and tells of it (Event `VariantExpired`, a log line,
+/// `mutantops_variants_expired_total`). Returns how long until the next may be due.
+pub async fn expire_gone<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    devices: Option<&Policy>,
+    sleep: Option<&SleepPolicy>,
+    sleeping: &Sleeping,
+) -> Result<Option<Duration>> {
+    let (Some(devices), Some(sleep)) = (devices, sleep) else {
+        return Ok(None);
+    };
+    let registry = super::devices::registry(ctx, owner);
+    let silent = sleeping.silent.is_some();
+    let (expired, next) = expire(ctx, owner, obj, &registry, devices, sleep, silent).await?;
+    if !expired.is_empty() {
+        ctx.metrics.variants_expired(expired.len());
+        let note = format!(
+            "removed variant(s) {} made by enrollment: every device of theirs was Gone for \
+             spec.devices.sleep.expireAfter; their devices' records went with them",
+            expired.join(", ")
+        );
+        publish(ctx, obj, EventType::Normal, "VariantExpired", note, None).await;
+        tracing::info!(namespace = %owner.namespace, name = %owner.name, variants = ?expired, "expired variants of devices gone");
+    }
+    Ok(next)
 }
 
 /// Expires the variants made by enrollment whose devices have all been Gone for
@@ -368,29 +425,4 @@ pub fn count(ctx: &Context, previous: &OwnerStatus, status: &OwnerStatus) {
             ctx.metrics.variant_ready_after(seconds.max(0) as f64);
         }
     }
-}
-
-/// What re-queues an owner (its watch's predicate): its generation, as for every owner, and
-/// for a Mutation whose variants sleep, its devices' last polls and the time its silence was
-/// accepted. The operator's own status writes change none of these, so they do not loop.
-pub fn changes<K: OwnerResource>(obj: &K) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let generation = obj.meta().generation;
-    let sleeps = obj.devices().is_some_and(|d| d.sleep.is_some());
-    if !sleeps {
-        return generation.map(|g| g as u64);
-    }
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    generation.hash(&mut hasher);
-    for d in obj.owner_status().map_or(&[][..], |s| &s.devices[..]) {
-        if let Some(poll) = &d.poll {
-            (&d.id, &poll.last).hash(&mut hasher);
-        }
-    }
-    obj.meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(SILENCE_ACCEPTED))
-        .hash(&mut hasher);
-    Some(hasher.finish())
 }

@@ -7,15 +7,8 @@ use std::{collections::BTreeSet, time::Duration};
 use k8s_openapi::jiff::Timestamp;
 
 use super::devices::rfc3339;
+use super::sleep::{at, secs};
 use crate::crd::{DeviceState, DeviceStatus};
-
-fn at(text: &str) -> Option<Timestamp> {
-    text.parse().ok()
-}
-
-fn secs(d: Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
-}
 
 /// When device `d` was last heard: its last poll or its last-seen time, the later.
 fn heard(d: &DeviceStatus) -> Option<Timestamp> {

@@ -9,6 +9,7 @@ use crate::crd::{
 };
 use crate::variant::devices::rfc3339;
 use crate::variant::sleep::*;
+use crate::variant::wake::*;
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"))
