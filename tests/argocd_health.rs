@@ -322,6 +322,19 @@ fn no_variants_is_healthy() {
     assert_eq!(health(&m), expect("Healthy", "0/0 variants ready"));
 }
 
+/// R42 (issue 36, item 2): an idle variant is as its owner wants it: the Mutation is Healthy
+/// and the summary counts it.
+#[test]
+fn an_idle_variant_is_healthy() {
+    let m = alpha_ready_and_beta(VariantState::Idle, Some("no device uses it"));
+    assert_eq!(health(&m), expect("Healthy", "2/2 variants ready (1 idle)"));
+    let m = alpha_ready_and_beta(
+        VariantState::Idle,
+        Some("quiet hours until 07:00 Europe/Berlin"),
+    );
+    assert_eq!(m.status.as_ref().unwrap().conditions[0].status, "True");
+}
+
 #[test]
 fn a_progressing_variant_is_progressing() {
     let m = alpha_ready_and_beta(VariantState::Progressing, None);

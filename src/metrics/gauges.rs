@@ -20,7 +20,7 @@ use prometheus_client::{
 
 use super::labels::{DeviceLabels, DeviceStateLabels, KINDS, KindLabel, STATES, StateLabel};
 use crate::config::DEFAULT_METRICS_MAX_DEVICES;
-use crate::crd::{DeviceState, MutantDeployment, Mutation, OwnerResource};
+use crate::crd::{DeviceState, MutantDeployment, Mutation, OwnerResource, SleepState};
 
 /// The caches the gauges read.
 #[derive(Clone)]
@@ -38,6 +38,8 @@ pub(super) struct CacheCounts {
     pub(super) variants: [u64; 2],
     /// Mutation variants per reported state, indexed as [`STATES`].
     pub(super) states: [u64; 5],
+    /// Variants that sleep (R42), awake and idle.
+    pub(super) sleep: [u64; 2],
 }
 
 impl CacheView {
@@ -54,6 +56,11 @@ impl CacheView {
             for variant in reported.unwrap_or_default() {
                 if let Some(i) = STATES.iter().position(|s| *s == variant.state) {
                     counts.states[i] += 1;
+                }
+                match variant.sleep.as_ref().map(|s| s.state) {
+                    Some(SleepState::Awake) => counts.sleep[0] += 1,
+                    Some(SleepState::Idle) => counts.sleep[1] += 1,
+                    None => {}
                 }
             }
         }
@@ -230,6 +237,16 @@ impl Collector for CacheCollector {
                 .map(|s| StateLabel { state: s.as_str() })
                 .into_iter()
                 .zip(counts.states),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "mutantops_sleeping_variants",
+            "Variants of Mutations with spec.devices.sleep, by whether they are up (Awake) or \
+             scaled to zero (Idle).",
+            ["Awake", "Idle"]
+                .map(|state| StateLabel { state })
+                .into_iter()
+                .zip(counts.sleep),
         )?;
         let mutations = self.view().map(|v| v.mutations.state()).unwrap_or_default();
         let max = self.max_devices.load(Ordering::Relaxed);

@@ -320,3 +320,201 @@ async fn gone_devices_expire_their_made_variants_unless_the_site_went_silent() {
     let keys: Vec<String> = registry.data.unwrap_or_default().into_keys().collect();
     assert!(!keys.iter().any(|k| k == "device.a"), "{keys:?}");
 }
+
+/// The replicas of Deployment `name`, sampled every 200 ms for `span` from `start`, as
+/// (milliseconds since `start`, replicas) at each change; `during` is run once at each of its
+/// offsets (a restart, say).
+async fn replicas_over_time(
+    f: &mut Fixture,
+    name: &str,
+    start: Instant,
+    span: Duration,
+    restarts: &[Duration],
+) -> Vec<(u128, Option<i32>)> {
+    let mut seen: Vec<(u128, Option<i32>)> = Vec::new();
+    let mut pending: Vec<Duration> = restarts.to_vec();
+    while start.elapsed() < span {
+        if pending.first().is_some_and(|at| start.elapsed() >= *at) {
+            pending.remove(0);
+            // A new leader: the old one dies without a word, the new process takes the Lease
+            // once it expires (2 s here).
+            f.operator.kill();
+            f.operator.launch();
+        }
+        let d = f.deployments().get_opt(name).await.unwrap();
+        let now = d.as_ref().and_then(replicas);
+        if seen.last().is_none_or(|(_, r)| *r != now) {
+            seen.push((start.elapsed().as_millis(), now));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen
+}
+
+/// R42, issue 36 items 6 and the audit: a device polling every 20 s; the leader is killed and
+/// replaced while its variant sleeps and again while it is up. The new leaders resume from
+/// what is written: the variant goes down after keepWarm, comes up ahead of the next poll
+/// (not early, not late) and goes down when that window ends, and each start costs at most two
+/// Deployment writes and no read.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_new_leader_neither_wakes_nor_idles_early() {
+    let mut f = Fixture::with_env(
+        "sleep-leader",
+        &[
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("MUTANT_LEASE_DURATION_SECONDS", "2"),
+        ],
+    )
+    .await;
+    wait_api(f.operator.api_port, &f.ns.name).await;
+    let sleep =
+        json!({"idleAfter": "60s", "warmup": "3s", "keepWarm": "2s", "maxWakePerHour": 3600});
+    let key = create(
+        &f,
+        "m",
+        json!({"enrollment": "Open", "lateAfter": "120s", "goneAfter": "240s", "persistEvery": "60s", "sleep": sleep}),
+        json!({}),
+    )
+    .await;
+    let token = enrolled(
+        &f,
+        "m",
+        &key,
+        json!({"id": "epaper", "variant": {"label": "epaper"}}),
+    )
+    .await;
+    f.wait_deployment("m-epaper", "up", |d| replicas(d) == Some(1))
+        .await;
+    let audit = audit_log();
+    let offset = log_size(&audit);
+    // The poll's time as written is whole seconds: start the clock at the second it falls in.
+    let before = k8s_openapi::jiff::Timestamp::now();
+    let reply = poll(&f, "m", "epaper", &token, &[("Refresh-Rate", "20")]).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let start =
+        Instant::now() - Duration::from_nanos(u64::from(before.subsec_nanosecond().unsigned_abs()));
+    // Up until 2 s (keepWarm), down until 20 - 3 - 2 = 15 s, up until 20 + 2 + 2 = 24 s.
+    let seen = replicas_over_time(
+        &mut f,
+        "m-epaper",
+        start,
+        Duration::from_secs(30),
+        &[Duration::from_secs(6), Duration::from_secs(17)],
+    )
+    .await;
+    let at = |r: i32| -> Vec<u128> {
+        seen.iter()
+            .filter(|(_, n)| *n == Some(r))
+            .map(|(t, _)| *t)
+            .collect()
+    };
+    let (downs, ups) = (at(0), at(1));
+    assert_eq!(
+        downs.len(),
+        2,
+        "down after keepWarm and after the window: {seen:?}"
+    );
+    assert_eq!(
+        ups.len(),
+        2,
+        "up at the start, and once ahead of the next poll: {seen:?}"
+    );
+    assert!(
+        downs[0] >= 1_500 && downs[0] < 6_000,
+        "down at {} ms: {seen:?}",
+        downs[0]
+    );
+    assert!(
+        ups[1] >= 14_000 && ups[1] < 20_000,
+        "up ahead at {} ms, due at 15 s: {seen:?}",
+        ups[1]
+    );
+    assert!(
+        downs[1] >= 23_000,
+        "down at {} ms, the window ends at 24 s: {seen:?}",
+        downs[1]
+    );
+    // The audit log: one start (ahead), and its two writes (up, down); the first stop is the
+    // enrollment wake's. Beside them, at most the one hand-over of the Deployment the
+    // enrollment created (a JSON patch of its field manager, once in its life). No Deployment
+    // was read.
+    let requests = operator_requests(&audit, offset, &f.ns.name);
+    let deployment_writes: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.contains("/deployments/m-epaper") || r.ends_with("/deployments"))
+        .filter(|r| !r.starts_with("get ") && !r.starts_with("list "))
+        .collect();
+    let applies = deployment_writes
+        .iter()
+        .filter(|r| r.contains("force=true"))
+        .count();
+    assert_eq!(applies, 3, "down, up, down: {deployment_writes:#?}");
+    assert!(deployment_writes.len() <= 4, "{deployment_writes:#?}");
+    let reads = |verb: &str| -> Vec<&String> {
+        requests
+            .iter()
+            .filter(|r| r.contains("/deployments") && r.starts_with(verb))
+            .collect()
+    };
+    assert!(reads("get ").is_empty(), "{:#?}", reads("get "));
+    // Lists: only each new process's first list of its two Deployment caches.
+    assert_eq!(reads("list ").len(), 4, "{:#?}", reads("list "));
+    let status = f.mutations().get("m").await.unwrap().status.unwrap();
+    let sleep = variant(&status, "epaper").unwrap().sleep.clone().unwrap();
+    assert_eq!(sleep.wakes.len(), 1, "one start ahead: {sleep:?}");
+}
+
+/// R42, issue 36 item 7: inside quiet hours (here: the hour we are in, in a zone whose offset
+/// is not a whole hour, Asia/Kathmandu) a variant is Idle and says until when; a poll is
+/// answered not ready, told to come back when they end, and wakes nothing.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn quiet_hours_keep_variants_asleep_and_say_when_they_end() {
+    use k8s_openapi::jiff::{ToSpan, tz::TimeZone};
+    let f = Fixture::with_api("sleep-quiet").await;
+    let zone = "Asia/Kathmandu";
+    let tz = TimeZone::get(zone).unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_zoned(tz);
+    let from = now.checked_sub(1.minute()).unwrap();
+    let to = now.checked_add(2.hours()).unwrap();
+    let hhmm = |z: &k8s_openapi::jiff::Zoned| format!("{:02}:{:02}", z.hour(), z.minute());
+    let sleep = json!({"warmup": "2s", "keepWarm": "60s", "maxWakePerHour": 60,
+                       "quietHours": {"from": hhmm(&from), "to": hhmm(&to), "timeZone": zone}});
+    let key = create(
+        &f,
+        "m",
+        json!({"enrollment": "Open", "sleep": sleep}),
+        json!({}),
+    )
+    .await;
+    let token = enrolled(
+        &f,
+        "m",
+        &key,
+        json!({"id": "night", "variant": {"label": "night"}}),
+    )
+    .await;
+    let idle = f
+        .wait_status::<Mutation>("m", "night Idle", |s| {
+            state_of(s, "night") == Some(VariantState::Idle)
+        })
+        .await;
+    let message = variant(&idle, "night").unwrap().message.clone().unwrap();
+    assert_eq!(message, format!("quiet hours until {} {zone}", hhmm(&to)));
+    let reply = poll(&f, "m", "night", &token, &[("Refresh-Rate", "60")]).await;
+    let answer = reply.json();
+    assert_eq!(answer["ready"], false, "{answer}");
+    let refresh = answer["refreshSeconds"].as_i64().unwrap();
+    assert!(
+        (7000..=7200).contains(&refresh),
+        "come back when they end, in about 2 h: {refresh}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let d = f.deployments().get("m-night").await.unwrap();
+    assert_eq!(
+        replicas(&d),
+        Some(0),
+        "a poll inside quiet hours wakes nothing"
+    );
+}
