@@ -55,6 +55,97 @@ pub struct Context {
 /// of the last hour.
 #[derive(Default)]
 pub struct ExpiryMemory {
-    pub(super) due: Mutex<HashMap<(String, String, String), Instant>>,
-    pub(super) done: Mutex<Vec<Instant>>,
+    due: Mutex<HashMap<(String, String, String), Instant>>,
+    done: Mutex<Vec<Instant>>,
+}
+
+impl ExpiryMemory {
+    /// Of `due` (variants of Mutation `ns/name` due by the wall clock), those this replica has
+    /// watched be due for `watched` at `now` of its monotonic clock, and how long until the
+    /// next of the others is. A variant no longer due is forgotten, so that it is watched anew
+    /// if it becomes due again; a wall clock that jumps forward starts the watch, nothing more.
+    pub(super) fn watched(
+        &self,
+        ns: &str,
+        name: &str,
+        due: &[String],
+        watched: Duration,
+        now: Instant,
+    ) -> (Vec<String>, Option<Duration>) {
+        let Ok(mut seen) = self.due.lock() else {
+            return (Vec::new(), None);
+        };
+        seen.retain(|(n, m, label), _| n != ns || m != name || due.contains(label));
+        let mut ready = Vec::new();
+        let mut wait: Option<Duration> = None;
+        for label in due {
+            let key = (ns.to_owned(), name.to_owned(), label.clone());
+            let since = *seen.entry(key).or_insert(now);
+            let left = watched.saturating_sub(now.saturating_duration_since(since));
+            if left.is_zero() {
+                ready.push(label.clone());
+            } else {
+                wait = Some(wait.map_or(left, |w| w.min(left)));
+            }
+        }
+        (ready, wait)
+    }
+
+    /// Takes one of the `per_hour` expiries of the hour before `now`; false when none is left.
+    pub(super) fn take(&self, per_hour: usize, now: Instant) -> bool {
+        let Ok(mut done) = self.done.lock() else {
+            return false;
+        };
+        done.retain(|t| now.saturating_duration_since(*t) < Duration::from_secs(3600));
+        if done.len() >= per_hour {
+            return false;
+        }
+        done.push(now);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // R42, issue 36 items 5 and 7: a variant due by the wall clock (which may have jumped
+    // forward on a board without a real-time clock) is expired only once this process has
+    // watched it be due for the whole watch, by its own monotonic clock; one that stops being
+    // due is watched anew
+    #[test]
+    fn expiry_waits_for_the_monotonic_watch_and_the_hourly_cap() {
+        let memory = ExpiryMemory::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let watch = Duration::from_secs(600);
+        let due = vec!["a".to_owned()];
+        assert_eq!(
+            memory.watched("ns", "m", &due, watch, at(0)),
+            (vec![], Some(watch))
+        );
+        assert_eq!(
+            memory.watched("ns", "m", &due, watch, at(599)),
+            (vec![], Some(Duration::from_secs(1)))
+        );
+        // the device came back: forgotten, and watched anew when due again
+        assert_eq!(
+            memory.watched("ns", "m", &[], watch, at(600)),
+            (vec![], None)
+        );
+        let (ready, _) = memory.watched("ns", "m", &due, watch, at(601));
+        assert!(ready.is_empty());
+        let (ready, wait) = memory.watched("ns", "m", &due, watch, at(1201));
+        assert_eq!((ready, wait), (due.clone(), None));
+        // another Mutation's watch is its own
+        assert_eq!(
+            memory.watched("ns", "other", &due, watch, at(1201)).0,
+            Vec::<String>::new()
+        );
+        // at most two an hour
+        assert!(memory.take(2, at(0)));
+        assert!(memory.take(2, at(10)));
+        assert!(!memory.take(2, at(3599)));
+        assert!(memory.take(2, at(3600)));
+    }
 }

@@ -256,51 +256,21 @@ pub async fn expire<K: OwnerResource>(
         Timestamp::now(),
     );
     let watched = WATCHED.min(sleep.expire_after);
-    let mut ready = Vec::new();
-    let mut wait = next;
-    {
-        let Ok(mut seen) = ctx.expiry.due.lock() else {
-            return Ok((Vec::new(), next));
-        };
-        let key = |label: &str| {
-            (
-                owner.namespace.clone(),
-                owner.name.clone(),
-                label.to_owned(),
-            )
-        };
-        seen.retain(|(ns, name, label), _| {
-            ns != &owner.namespace || name != &owner.name || due.contains(label)
-        });
-        for label in &due {
-            let since = *seen.entry(key(label)).or_insert_with(Instant::now);
-            let left = watched.saturating_sub(since.elapsed());
-            if left.is_zero() {
-                ready.push(label.clone());
-            } else {
-                wait = [wait, Some(left)].into_iter().flatten().min();
-            }
-        }
-    }
+    let (ns, name) = (&owner.namespace, &owner.name);
+    let (ready, wait) = ctx.expiry.watched(ns, name, &due, watched, Instant::now());
+    let mut wait = [wait, next].into_iter().flatten().min();
     if silent || ready.is_empty() {
         return Ok((Vec::new(), wait));
     }
     let mut expired = Vec::new();
     for label in ready {
-        {
-            let Ok(mut done) = ctx.expiry.done.lock() else {
-                break;
-            };
-            done.retain(|t| t.elapsed() < Duration::from_secs(3600));
-            if done.len() >= EXPIRED_PER_HOUR {
-                tracing::warn!(namespace = %owner.namespace, name = %owner.name, variant = %label, "expiry held back: {EXPIRED_PER_HOUR} variants expired within the hour");
-                wait = [wait, Some(Duration::from_secs(60))]
-                    .into_iter()
-                    .flatten()
-                    .min();
-                break;
-            }
-            done.push(Instant::now());
+        if !ctx.expiry.take(EXPIRED_PER_HOUR, Instant::now()) {
+            tracing::warn!(namespace = %owner.namespace, name = %owner.name, variant = %label, "expiry held back: {EXPIRED_PER_HOUR} variants expired within the hour");
+            wait = [wait, Some(Duration::from_secs(60))]
+                .into_iter()
+                .flatten()
+                .min();
+            break;
         }
         remove_variant(ctx, owner, &label).await?;
         forget_devices(ctx, owner, &label).await?;

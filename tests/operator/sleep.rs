@@ -162,6 +162,27 @@ async fn an_unused_variant_idles_and_a_poll_wakes_it() {
     let again = poll(&f, "m", "board-1", &token, &hourly).await.json();
     assert_eq!(again["ready"], true, "{again}");
     assert_eq!(again.get("retryAfterSeconds"), None, "{again}");
+
+    // Item 8: the series say it: two wakes (the enrollment's, counted as a poll's or as
+    // unknown by whether the first poll was written before the leader saw the new device, and
+    // the fifty polls'), each with its time to ready, fifty late polls, one variant awake and
+    // one idle.
+    let metrics = common::http::request(f.operator.metrics_port, "GET", "/metrics", None, None)
+        .await
+        .body;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series}"))
+    };
+    let by_poll = value("mutantops_variant_wakes_total{cause=\"poll\"}");
+    let unknown = value("mutantops_variant_wakes_total{cause=\"unknown\"}");
+    assert!(by_poll >= 1.0 && by_poll + unknown == 2.0, "{by_poll} + {unknown}");
+    assert_eq!(value("mutantops_variant_wake_to_ready_seconds_count"), 2.0);
+    assert!(value("mutantops_late_wakes_total") >= 50.0);
+    assert_eq!(value("mutantops_sleeping_variants{state=\"Awake\"}"), 1.0);
+    assert_eq!(value("mutantops_sleeping_variants{state=\"Idle\"}"), 1.0);
 }
 
 /// R42, issue 36 item 4: a device that says it polls every 12 s (`Refresh-Rate`) finds its
