@@ -136,6 +136,8 @@ pub struct Due {
     /// A poll of a Mutation whose variants sleep: written whatever else says, with what it
     /// teaches of the device's polls.
     pub poll: bool,
+    /// A poll that found its variant not ready: when the device was told to come back.
+    pub retry_at: Option<Timestamp>,
 }
 
 /// The heartbeats of one Mutation waiting to be written, and whether a writer is at work.
@@ -240,7 +242,10 @@ impl Heartbeats {
         let entry = pending.entry((ns.to_owned(), name.to_owned())).or_default();
         let mut due = due;
         // A poll waiting to be written stays one when a later request of the device joins it.
-        due.poll |= entry.due.get(&due.id).is_some_and(|d| d.poll);
+        if let Some(waiting) = entry.due.get(&due.id) {
+            due.poll |= waiting.poll;
+            due.retry_at = due.retry_at.max(waiting.retry_at);
+        }
         entry.due.insert(due.id.clone(), due);
         !std::mem::replace(&mut entry.writing, true)
     }
@@ -415,6 +420,7 @@ mod tests {
                 poll: None,
             },
             poll: false,
+            retry_at: None,
         };
         assert!(
             beats.queue("ns", "web", due("a")),

@@ -50,6 +50,7 @@ pub fn heard_from(
         namespace: ns,
         name,
         id,
+        variant,
         ..
     } = caller
     else {
@@ -89,6 +90,10 @@ pub fn heard_from(
         reported: known,
         fallback: record.entry(id),
         poll,
+        retry_at: poll
+            .then(|| super::poll::retry_after(&m, variant))
+            .flatten()
+            .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok()),
     };
     if state.heartbeats.queue(ns, name, due) {
         tokio::spawn(write_due(state.clone(), ns.clone(), name.clone()));
@@ -124,8 +129,13 @@ async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
                 }
                 let mut updated = heard(entry, d.now, &d.reported);
                 if d.poll {
-                    updated.poll =
-                        Some(polled(entry.poll.as_ref(), d.now, d.reported.refresh_rate));
+                    let stats = polled(
+                        entry.poll.as_ref(),
+                        d.now,
+                        d.reported.refresh_rate,
+                        d.retry_at,
+                    );
+                    updated.poll = Some(stats);
                 }
                 match at {
                     Some(i) => list[i] = updated,

@@ -47,23 +47,18 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
             "only a device's own token polls",
         ));
     };
-    let status = m
-        .status
-        .as_ref()
-        .and_then(|s| s.variants.iter().find(|v| v.label == *variant));
-    let ready = status.is_some_and(|v| v.state == VariantState::Ready && v.ready_replicas > 0);
     let told = state
         .heartbeats
         .get(ns, name, id)
         .and_then(|beat| beat.reported.refresh_rate);
-    let timing = sleep_timing(&m, status, id, told);
-    let retry = (!ready).then(|| timing.as_ref().map_or(1, |t| t.retry_after));
+    let refresh = refresh_seconds(&m, id, told);
+    let retry = retry_after(&m, variant);
     let view = PollView {
         variant,
-        ready,
+        ready: retry.is_none(),
         service: service_of(&m, variant),
         retry_after_seconds: retry,
-        refresh_seconds: timing.and_then(|t| t.refresh),
+        refresh_seconds: refresh,
     };
     let mut answer = http::json(StatusCode::OK, &view);
     if let Some(seconds) = retry {
@@ -77,34 +72,46 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
     Ok(answer)
 }
 
-/// When a polling device is to ask again: not ready, and in general.
-struct Timing {
-    retry_after: u64,
-    refresh: Option<u64>,
+fn variant_status<'a>(m: &'a Mutation, variant: &str) -> Option<&'a VariantStatus> {
+    m.status
+        .as_ref()
+        .and_then(|s| s.variants.iter().find(|v| v.label == variant))
 }
 
-/// The poll's timing under `spec.devices.sleep`; None without it.
-fn sleep_timing(
-    m: &Mutation,
-    status: Option<&VariantStatus>,
-    id: &str,
-    told: Option<u32>,
-) -> Option<Timing> {
+/// Whether a poll finds `variant` of `m` not ready (no ready replica), and then in how many
+/// seconds the device is to ask again: what is left of `warmup` since the variant started
+/// (`warmup` while it has not; 1 without `spec.devices.sleep`).
+pub(super) fn retry_after(m: &Mutation, variant: &str) -> Option<u64> {
+    let status = variant_status(m, variant);
+    let ready = status.is_some_and(|v| v.state == VariantState::Ready && v.ready_replicas > 0);
+    (!ready).then(|| sleep_retry(m, status).unwrap_or(1))
+}
+
+/// What is left of `warmup` since the variant started (`warmup` while it has not); None
+/// without `spec.devices.sleep`.
+fn sleep_retry(m: &Mutation, status: Option<&VariantStatus>) -> Option<u64> {
     let spec = m.spec.devices.as_ref()?.sleep.as_ref()?;
     let policy = SleepPolicy::of(spec).ok()?;
-    let now = Timestamp::now();
     let warmup = policy.warmup.as_secs().max(1);
     let started = status
         .and_then(|v| v.sleep.as_ref())
         .filter(|s| s.state == SleepState::Awake)
         .and_then(|s| s.since.parse::<Timestamp>().ok());
-    let retry_after = match started {
+    Some(match started {
         Some(since) => {
-            let gone = u64::try_from(now.as_second() - since.as_second()).unwrap_or(0);
+            let gone = u64::try_from(Timestamp::now().as_second() - since.as_second()).unwrap_or(0);
             warmup.saturating_sub(gone).max(1)
         }
         None => warmup,
-    };
+    })
+}
+
+/// When the device is to poll next under `spec.devices.sleep` (inside quiet hours: when they
+/// end; else its own interval, when known); None without sleep.
+fn refresh_seconds(m: &Mutation, id: &str, told: Option<u32>) -> Option<u64> {
+    let spec = m.spec.devices.as_ref()?.sleep.as_ref()?;
+    let policy = SleepPolicy::of(spec).ok()?;
+    let now = Timestamp::now();
     let quiet = policy.quiet_until(now).map(|(end, _)| {
         u64::try_from(end.as_second() - now.as_second())
             .unwrap_or(0)
@@ -119,8 +126,5 @@ fn sleep_timing(
                 .or(d.reported.refresh_rate)
         })
         .map(u64::from);
-    Some(Timing {
-        retry_after,
-        refresh: quiet.or(interval),
-    })
+    quiet.or(interval)
 }

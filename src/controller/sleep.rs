@@ -27,7 +27,7 @@ use crate::{
     Result,
     crd::{
         Condition, DeviceStatus, Mutation, OwnerResource, OwnerStatus, SleepState, Variant,
-        VariantState, VariantStatus,
+        VariantState, VariantStatus, WakeCause,
     },
     submit::devices::write as write_devices,
     variant::{
@@ -371,13 +371,17 @@ async fn forget_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()>
 pub fn count(ctx: &Context, previous: &OwnerStatus, status: &OwnerStatus) {
     let now = Timestamp::now();
     for v in &status.variants {
-        let Some(sleep) = &v.sleep else {
-            continue;
-        };
         let before = previous.variants.iter().find(|p| p.label == v.label);
         let was_idle = before
             .and_then(|p| p.sleep.as_ref())
             .is_some_and(|s| s.state == SleepState::Idle);
+        let Some(sleep) = &v.sleep else {
+            // Idle before and no longer sleeping: the owner pinned it or turned sleep off.
+            if was_idle {
+                ctx.metrics.variant_woke(WakeCause::Admin);
+            }
+            continue;
+        };
         if sleep.state != SleepState::Awake {
             continue;
         }

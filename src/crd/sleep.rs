@@ -110,6 +110,10 @@ pub struct PollStats {
     /// A moving average of how early or late it came, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lateness_seconds: Option<u32>,
+    /// Its last poll found its variant not ready: when it was told to come back (RFC 3339).
+    /// The variant waits for it, `keepWarm` after that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
 }
 
 /// Whether a sleeping variant is up.
@@ -130,11 +134,18 @@ pub enum WakeCause {
     Ahead,
     /// Nothing predicts when its devices come, or the sleep was turned on or changed.
     Unknown,
+    /// The owner pinned the variant (`sleep: false`) or removed `spec.devices.sleep`.
+    Admin,
 }
 
 impl WakeCause {
     /// Every cause, in order.
-    pub const ALL: [WakeCause; 3] = [WakeCause::Poll, WakeCause::Ahead, WakeCause::Unknown];
+    pub const ALL: [WakeCause; 4] = [
+        WakeCause::Poll,
+        WakeCause::Ahead,
+        WakeCause::Unknown,
+        WakeCause::Admin,
+    ];
 
     /// The cause as written in status and in metric labels.
     pub fn as_str(self) -> &'static str {
@@ -142,6 +153,7 @@ impl WakeCause {
             WakeCause::Poll => "poll",
             WakeCause::Ahead => "ahead",
             WakeCause::Unknown => "unknown",
+            WakeCause::Admin => "admin",
         }
     }
 }

@@ -39,7 +39,7 @@ impl SleepMetrics {
         }
         registry.register(
             "mutantops_variant_wakes",
-            "Starts of sleeping variants, by cause (poll, ahead of an expected poll, unknown)",
+            "Starts of sleeping variants, by cause (poll, ahead of an expected poll, unknown, admin)",
             wakes.clone(),
         );
         let wake_to_ready = Histogram::new(WAKE_BUCKETS);

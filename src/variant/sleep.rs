@@ -117,11 +117,13 @@ pub(super) fn plus(t: Timestamp, seconds: i64) -> Timestamp {
 /// A device's poll statistics after a poll at `now`: its interval is what it reports
 /// (`Refresh-Rate`), else a moving average of the gaps between its polls (a gap of more than
 /// one and a half intervals is a missed poll and not counted); its lateness a moving average
-/// of how far from the expected time it came.
+/// of how far from the expected time it came; `retry_at`, when the poll found its variant not
+/// ready, when the device was told to come back.
 pub fn polled(
     previous: Option<&PollStats>,
     now: Timestamp,
     refresh_rate: Option<u32>,
+    retry_at: Option<Timestamp>,
 ) -> PollStats {
     let last = previous.and_then(|p| at(&p.last));
     let gap = last.map(|l| now.as_second().saturating_sub(l.as_second()));
@@ -145,5 +147,6 @@ pub fn polled(
         last: rfc3339(now),
         interval_seconds: refresh_rate.or(measured),
         lateness_seconds: lateness,
+        retry_at: retry_at.map(rfc3339),
     }
 }

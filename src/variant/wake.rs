@@ -3,7 +3,8 @@
 //! is up, why, and when to look again ([`decide`]). No I/O: the leader and any replica that
 //! reads the same status decide the same, so a new leader resumes where the last one was.
 //!
-//! A variant is up while a device polled it within `keepWarm`, from `warmup` (and the margin
+//! A variant is up while a device polled it within `keepWarm` (one told to come back, its
+//! variant not ready: `keepWarm` after that), from `warmup` (and the margin
 //! its devices' lateness asks) before a device's next expected poll until `keepWarm` after it,
 //! and while an Online device polls at no known interval; with no Online device it stays up
 //! `idleAfter` after the last went Late. Inside quiet hours it is down. A variant that started
@@ -241,20 +242,26 @@ fn up(
     since: Timestamp,
     next: &mut Option<Timestamp>,
 ) -> Option<Up> {
+    // Each poll keeps it up keepWarm; one that found it not ready, keepWarm after the device
+    // was told to come back.
     let recent = variant
         .devices
         .iter()
-        .filter_map(|d| Some((last_poll(d)?, d.id.as_str())))
+        .filter_map(|d| {
+            let last = last_poll(d)?;
+            let back = d.poll.as_ref().and_then(|p| at(p.retry_at.as_deref()?));
+            let until = plus(back.map_or(last, |b| b.max(last)), secs(policy.keep_warm));
+            Some((until, last, d.id.as_str()))
+        })
         .max();
-    if let Some((last, id)) = recent {
-        let until = plus(last, secs(policy.keep_warm));
-        if now < until {
-            return Some(Up {
-                cause: WakeCause::Poll,
-                reason: format!("device {id} polled at {}", rfc3339(last)),
-                until: Some(until),
-            });
-        }
+    if let Some((until, last, id)) = recent
+        && now < until
+    {
+        return Some(Up {
+            cause: WakeCause::Poll,
+            reason: format!("device {id} polled at {}", rfc3339(last)),
+            until: Some(until),
+        });
     }
     let mut ahead: Option<(Timestamp, Timestamp, &str)> = None;
     for d in online(variant) {

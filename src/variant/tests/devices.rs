@@ -270,8 +270,9 @@ fn heartbeats_are_written_only_when_due() {
     assert_eq!(writes, 99);
 }
 
-// R39 (issue 34, item 5): at 500 devices of the longest ids, each having reported everything,
-// the status's device list stays far under the 1 MiB of an object
+// R39 (issue 34, item 5): at 500 devices of the longest ids, each having reported everything
+// and (R42) polled a sleeping variant that was not ready, the status's device list stays far
+// under the 1 MiB of an object (about 263 KiB)
 #[test]
 fn the_device_list_of_500_devices_stays_small() {
     let devices: Vec<DeviceStatus> = (0..500)
@@ -293,10 +294,11 @@ fn the_device_list_of_500_devices_stays_small() {
                 last: rfc3339(t(i)),
                 interval_seconds: Some(604_800),
                 lateness_seconds: Some(302_400),
+                retry_at: Some(rfc3339(t(i))),
             }),
         })
         .collect();
     let json = serde_json::json!({"devices": devices, "deviceSummary": summary(&devices)});
     let bytes = serde_json::to_vec(&json).unwrap_or_default().len();
-    assert!(bytes < 256 * 1024, "{bytes} bytes");
+    assert!(bytes < 288 * 1024, "{bytes} bytes");
 }

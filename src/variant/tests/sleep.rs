@@ -40,6 +40,7 @@ fn device(id: &str, last: i64, interval: Option<u32>, state: DeviceState) -> Dev
             last: rfc3339(t(last)),
             interval_seconds: interval,
             lateness_seconds: None,
+            retry_at: None,
         }),
     }
 }
@@ -109,12 +110,29 @@ fn a_variant_is_up_around_each_expected_poll_and_down_between() {
 // R42, issue 36 item 3: a poll of an idle variant wakes it (the poll is persisted first)
 #[test]
 fn a_poll_wakes_an_idle_variant() {
-    let d = [device("a", 50, None, DeviceState::Online)];
+    let mut d = [device("a", 50, Some(3600), DeviceState::Online)];
     let idle = state(SleepState::Idle, 10);
     let woke = run(&d, Some(&idle), &moment(51));
     assert_eq!(woke.sleep.state, SleepState::Awake);
     assert_eq!(woke.woke, Some(WakeCause::Poll));
     assert_eq!(woke.sleep.since, rfc3339(t(51)));
+    assert_eq!(
+        woke.next,
+        Some(Duration::from_secs(19)),
+        "keepWarm after the poll"
+    );
+    // answered not ready, the device was told to come back at 60: the variant waits for it,
+    // keepWarm (20) after that, past keepWarm after the poll itself (70)
+    if let Some(p) = d[0].poll.as_mut() {
+        p.retry_at = Some(rfc3339(t(60)));
+    }
+    let woke = run(&d, Some(&idle), &moment(51));
+    assert_eq!(woke.next, Some(Duration::from_secs(29)));
+    let at75 = run(&d, Some(&woke.sleep), &moment(75));
+    assert_eq!(at75.sleep.state, SleepState::Awake, "{:?}", at75.sleep);
+    assert_eq!(at75.next, Some(Duration::from_secs(5)));
+    let at80 = run(&d, Some(&at75.sleep), &moment(80));
+    assert_eq!(at80.sleep.state, SleepState::Idle, "{:?}", at80.sleep);
 }
 
 // R42: a device whose interval is unknown keeps its variant up while it is Online; with no
@@ -147,24 +165,24 @@ fn no_known_interval_keeps_it_up_and_idle_after_counts_from_late() {
 // one and does not teach an interval
 #[test]
 fn polls_teach_an_interval_and_a_margin() {
-    let first = polled(None, t(0), None);
+    let first = polled(None, t(0), None, None);
     assert_eq!(
         (first.interval_seconds, first.lateness_seconds),
         (None, None)
     );
-    let second = polled(Some(&first), t(100), None);
+    let second = polled(Some(&first), t(100), None, None);
     assert_eq!(second.interval_seconds, Some(100));
-    let third = polled(Some(&second), t(212), None);
+    let third = polled(Some(&second), t(212), None, None);
     assert_eq!(third.interval_seconds, Some(103));
     assert_eq!(third.lateness_seconds, Some(3));
     // a missed poll (gap of 2 intervals) changes neither
-    let fourth = polled(Some(&third), t(418), None);
+    let fourth = polled(Some(&third), t(418), None, None);
     assert_eq!(
         (fourth.interval_seconds, fourth.lateness_seconds),
         (Some(103), Some(3))
     );
     // Refresh-Rate wins over what was measured
-    let told = polled(Some(&fourth), t(520), Some(900));
+    let told = polled(Some(&fourth), t(520), Some(900), None);
     assert_eq!(told.interval_seconds, Some(900));
     // the margin widens the window: 2 x 3 s of lateness
     let mut d = device("a", 0, Some(100), DeviceState::Online);
