@@ -19,7 +19,7 @@ use crate::{
     submit::devices::write as write_devices,
     variant::{
         devices::{Policy, heard, must_persist},
-        sleep::polled,
+        sleep::{polled, retry_after},
     },
 };
 
@@ -91,7 +91,7 @@ pub fn heard_from(
         fallback: record.entry(id),
         poll,
         retry_at: poll
-            .then(|| super::poll::retry_after(&m, variant))
+            .then(|| retry_after(&m, variant, now))
             .flatten()
             .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok()),
     };

@@ -10,9 +10,9 @@ use super::{
     auth::Caller, devices::service_of, error::ApiResult, fresh, registry::listed, state::ApiState,
 };
 use crate::{
-    crd::{Mutation, SleepState, VariantService, VariantState, VariantStatus},
+    crd::{Mutation, VariantService},
     http,
-    variant::sleep::SleepPolicy,
+    variant::sleep::{SleepPolicy, retry_after},
 };
 
 /// The answer to a poll: what a device needs to show its variant.
@@ -52,7 +52,7 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
         .get(ns, name, id)
         .and_then(|beat| beat.reported.refresh_rate);
     let refresh = refresh_seconds(&m, id, told);
-    let retry = retry_after(&m, variant);
+    let retry = retry_after(&m, variant, Timestamp::now());
     let view = PollView {
         variant,
         ready: retry.is_none(),
@@ -70,40 +70,6 @@ pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
         }
     }
     Ok(answer)
-}
-
-fn variant_status<'a>(m: &'a Mutation, variant: &str) -> Option<&'a VariantStatus> {
-    m.status
-        .as_ref()
-        .and_then(|s| s.variants.iter().find(|v| v.label == variant))
-}
-
-/// Whether a poll finds `variant` of `m` not ready (no ready replica), and then in how many
-/// seconds the device is to ask again: what is left of `warmup` since the variant started
-/// (`warmup` while it has not; 1 without `spec.devices.sleep`).
-pub(super) fn retry_after(m: &Mutation, variant: &str) -> Option<u64> {
-    let status = variant_status(m, variant);
-    let ready = status.is_some_and(|v| v.state == VariantState::Ready && v.ready_replicas > 0);
-    (!ready).then(|| sleep_retry(m, status).unwrap_or(1))
-}
-
-/// What is left of `warmup` since the variant started (`warmup` while it has not); None
-/// without `spec.devices.sleep`.
-fn sleep_retry(m: &Mutation, status: Option<&VariantStatus>) -> Option<u64> {
-    let spec = m.spec.devices.as_ref()?.sleep.as_ref()?;
-    let policy = SleepPolicy::of(spec).ok()?;
-    let warmup = policy.warmup.as_secs().max(1);
-    let started = status
-        .and_then(|v| v.sleep.as_ref())
-        .filter(|s| s.state == SleepState::Awake)
-        .and_then(|s| s.since.parse::<Timestamp>().ok());
-    Some(match started {
-        Some(since) => {
-            let gone = u64::try_from(Timestamp::now().as_second() - since.as_second()).unwrap_or(0);
-            warmup.saturating_sub(gone).max(1)
-        }
-        None => warmup,
-    })
 }
 
 /// When the device is to poll next under `spec.devices.sleep` (inside quiet hours: when they

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::devices::{parse_duration, rfc3339};
 use super::quiet::Quiet;
 use crate::crd::{
-    PollStats, SleepSpec,
+    Mutation, PollStats, SleepSpec, SleepState, VariantState,
     sleep::{
         DEFAULT_EXPIRE_AFTER, DEFAULT_IDLE_AFTER, DEFAULT_KEEP_WARM, DEFAULT_MAX_WAKE_PER_HOUR,
         DEFAULT_SITE_SILENT_MIN, DEFAULT_WARMUP,
@@ -149,4 +149,39 @@ pub fn polled(
         lateness_seconds: lateness,
         retry_at: retry_at.map(rfc3339),
     }
+}
+
+/// Whether a poll finds `variant` of `m` not ready (no ready replica, as its status says), and
+/// then in how many seconds the device is to ask again: what is left of `warmup` since the
+/// variant started (`warmup` while it has not; 1 without `spec.devices.sleep`).
+pub fn retry_after(m: &Mutation, variant: &str, now: Timestamp) -> Option<u64> {
+    let status = m
+        .status
+        .as_ref()
+        .and_then(|s| s.variants.iter().find(|v| v.label == variant));
+    let ready = status.is_some_and(|v| v.state == VariantState::Ready && v.ready_replicas > 0);
+    if ready {
+        return None;
+    }
+    let Some(Ok(policy)) = m
+        .spec
+        .devices
+        .as_ref()
+        .and_then(|d| d.sleep.as_ref())
+        .map(SleepPolicy::of)
+    else {
+        return Some(1);
+    };
+    let warmup = policy.warmup.as_secs().max(1);
+    let started = status
+        .and_then(|v| v.sleep.as_ref())
+        .filter(|s| s.state == SleepState::Awake)
+        .and_then(|s| at(&s.since));
+    Some(match started {
+        Some(since) => {
+            let gone = u64::try_from(now.as_second() - since.as_second()).unwrap_or(0);
+            warmup.saturating_sub(gone).max(1)
+        }
+        None => warmup,
+    })
 }

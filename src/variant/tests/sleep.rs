@@ -5,7 +5,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{
-    DeviceState, DeviceStatus, PollStats, Reported, SleepSpec, SleepState, VariantSleep, WakeCause,
+    DeviceState, DeviceStatus, PollStats, Reported, SleepSpec, SleepState, VariantSleep,
+    VariantStatus, WakeCause,
 };
 use crate::variant::devices::rfc3339;
 use crate::variant::sleep::*;
@@ -287,4 +288,49 @@ fn durations_that_wake_too_often_are_refused() {
         ..SleepSpec::default()
     });
     assert!(err.is_err_and(|e| e.starts_with("spec.devices.sleep.idleAfter")));
+}
+
+// R42, issue 36 item 3: what a poll is told: nothing while the variant has a ready replica;
+// else what is left of warmup since it started, warmup while it is down, 1 s without sleep
+#[test]
+fn a_poll_is_told_when_to_ask_again() {
+    use crate::crd::fixtures::{mutation, variant, variant_status};
+    use crate::crd::{DevicesSpec, OwnerStatus, VariantState};
+
+    let mut m = mutation("web", vec![variant("v", &[], 1)]);
+    let status = |state, ready, sleep: Option<VariantSleep>| OwnerStatus {
+        variants: vec![VariantStatus {
+            sleep,
+            ..variant_status("v", state, ready)
+        }],
+        ..OwnerStatus::default()
+    };
+    m.status = Some(status(VariantState::Progressing, 0, None));
+    assert_eq!(retry_after(&m, "v", t(0)), Some(1), "without sleep");
+    m.spec.devices = Some(Box::new(DevicesSpec {
+        sleep: Some(SleepSpec {
+            warmup: Some("40s".into()),
+            ..SleepSpec::default()
+        }),
+        ..DevicesSpec::default()
+    }));
+    let idle = status(VariantState::Idle, 0, Some(state(SleepState::Idle, 0)));
+    m.status = Some(idle);
+    assert_eq!(retry_after(&m, "v", t(5)), Some(40), "down: all of warmup");
+    let starting = status(
+        VariantState::Progressing,
+        0,
+        Some(state(SleepState::Awake, 0)),
+    );
+    m.status = Some(starting);
+    assert_eq!(retry_after(&m, "v", t(3)), Some(37), "warmup left");
+    assert_eq!(retry_after(&m, "v", t(60)), Some(1), "late: at least 1 s");
+    let ready = status(VariantState::Ready, 1, Some(state(SleepState::Awake, 0)));
+    m.status = Some(ready);
+    assert_eq!(retry_after(&m, "v", t(3)), None, "ready");
+    assert_eq!(
+        retry_after(&m, "other", t(3)),
+        Some(40),
+        "a variant not in status yet"
+    );
 }
