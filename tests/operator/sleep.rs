@@ -178,7 +178,10 @@ async fn an_unused_variant_idles_and_a_poll_wakes_it() {
     };
     let by_poll = value("mutantops_variant_wakes_total{cause=\"poll\"}");
     let unknown = value("mutantops_variant_wakes_total{cause=\"unknown\"}");
-    assert!(by_poll >= 1.0 && by_poll + unknown == 2.0, "{by_poll} + {unknown}");
+    assert!(
+        by_poll >= 1.0 && by_poll + unknown == 2.0,
+        "{by_poll} + {unknown}"
+    );
     assert_eq!(value("mutantops_variant_wake_to_ready_seconds_count"), 2.0);
     assert!(value("mutantops_late_wakes_total") >= 50.0);
     assert_eq!(value("mutantops_sleeping_variants{state=\"Awake\"}"), 1.0);
