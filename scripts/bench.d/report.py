@@ -1,6 +1,8 @@
 """BENCHMARKS.md: the run's header (date, commit, machine), the table, the section that
 scripts/real-node --bench wrote there (kept as it is), how each figure is measured, the
-profiles when they were taken, and scripts/bench.d/analysis.md (written by hand) at the end."""
+profiles when they were taken, and scripts/bench.d/analysis.md (written by hand) at the end.
+The wake figures that `scripts/real-node --wake-bench` wrote (the table's "real node:" rows
+and subsection "Wake to ready on the real node") are kept as they are too."""
 
 import json
 import os
@@ -46,6 +48,31 @@ def node_section(path):
     return "\n".join(lines)
 
 
+WAKE_HEADING = "### Wake to ready on the real node"
+
+
+def kept_rows(path):
+    """The table's rows that scripts/real-node --wake-bench wrote, kept as they are."""
+    if not path.is_file():
+        return ""
+    return "".join("\n" + line for line in path.read_text().splitlines() if line.startswith("| real node: "))
+
+
+def wake_section(path):
+    """Subsection "Wake to ready on the real node" of scripts/real-node --wake-bench, kept as it
+    is, up to the next heading."""
+    if not path.is_file():
+        return ""
+    lines, inside = [], False
+    for line in path.read_text().splitlines():
+        if inside and (line.startswith("### ") or line.startswith("## ")):
+            break
+        inside = inside or line == WAKE_HEADING
+        if inside:
+            lines.append(line)
+    return "\n".join(lines).rstrip("\n") + "\n\n" if lines else ""
+
+
 def header(b):
     R = b.R
     dirty = "" if R["dirty"] == "0" else f" (with uncommitted changes to {R['dirty']} tracked files)"
@@ -64,7 +91,7 @@ Written by `scripts/bench`; do not edit by hand (the analysis at the end comes f
 - **Scale run**: {b.N} Mutations × {b.V} variants, `instances: 0` (no pods), applied by {b.PARALLEL} parallel `kubectl create`
 - **Run time**: {R['wall']} s for the whole script, of which {R['build_s']} s building
 
-{table.markdown(b)}
+{table.markdown(b)}{kept_rows(REPO / "BENCHMARKS.md")}
 
 Noise: the machine's cores are shared with other work while this runs; the control plane
 (etcd, kube-apiserver, controller manager, scheduler, kwok) runs on the same cores as the
@@ -303,7 +330,7 @@ Top symbols:
 
 def write(b):
     out = REPO / "BENCHMARKS.md"
-    text = header(b) + measured(b) + profiles_text(b)
+    text = header(b) + measured(b) + wake_section(out) + profiles_text(b)
     analysis = REPO / "scripts/bench.d/analysis.md"
     if analysis.is_file():
         text += analysis.read_text()

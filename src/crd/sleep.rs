@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 
 /// Default of [`SleepSpec::idle_after`].
 pub const DEFAULT_IDLE_AFTER: &str = "10m";
-/// Default of [`SleepSpec::warmup`]: above the p95 of a wake measured on the real node.
+/// Default of [`SleepSpec::warmup`]: above the p95 of a wake measured on the real node (a
+/// poll of an idle variant to its Service answering: 3 to 4 s for the stand-in workload,
+/// BENCHMARKS.md "Wake to ready on the real node"), which is the platform's part only; the
+/// rest is room for a renderer's own start on a board.
 pub const DEFAULT_WARMUP: &str = "30s";
 /// Default of [`SleepSpec::keep_warm`].
 pub const DEFAULT_KEEP_WARM: &str = "90s";
