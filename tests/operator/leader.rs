@@ -268,7 +268,7 @@ async fn a_leader_that_stops_releases_the_lease() {
 }
 
 /// Where Debian's `faketime` package puts the preload library.
-fn libfaketime() -> String {
+pub(super) fn libfaketime() -> String {
     let candidates = [
         "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
         "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",

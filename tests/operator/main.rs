@@ -51,6 +51,7 @@ mod scoped;
 mod secret;
 mod services;
 mod sleep;
+mod sleep_dst;
 mod sleep_pinned;
 mod slots;
 mod small_devices;
