@@ -1,0 +1,149 @@
+//! Unit tests of the heartbeats: what a device reports, what is written and when.
+
+use super::*;
+use hyper::header::HeaderValue;
+
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in pairs {
+        h.append(
+            *name,
+            HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
+        );
+    }
+    h
+}
+
+// R40, issue 34 item 2: the TRMNL headers are read strictly, a refusal names the header
+#[test]
+fn reported_headers_are_parsed_strictly() {
+    let r = reported(&headers(&[
+        ("Refresh-Rate", "900"),
+        ("Battery-Voltage", "4.12"),
+        ("RSSI", "-67"),
+        ("FW-Version", "1.5.2"),
+        ("Width", "800"),
+        ("Height", "480"),
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        r,
+        Reported {
+            refresh_rate: Some(900),
+            battery_millivolts: Some(4120),
+            rssi: Some(-67),
+            fw_version: Some("1.5.2".into()),
+            width: Some(800),
+            height: Some(480),
+        }
+    );
+    assert_eq!(reported(&HeaderMap::new()), Ok(Reported::default()));
+    for (name, value) in [
+        ("Refresh-Rate", "0"),
+        ("Refresh-Rate", "15m"),
+        ("Battery-Voltage", "4,12"),
+        ("Battery-Voltage", "11"),
+        ("Battery-Voltage", "-1"),
+        ("Battery-Voltage", "4.1234"),
+        ("RSSI", "12"),
+        ("FW-Version", "1.0 beta"),
+        ("Width", "99999"),
+        ("Height", "x"),
+    ] {
+        let err = reported(&headers(&[(name, value)]))
+            .err()
+            .unwrap_or_else(|| panic!("{name}: {value} was accepted"));
+        assert!(err.starts_with(&format!("header {name}:")), "{err}");
+    }
+    let twice = reported(&headers(&[("Width", "1"), ("Width", "2")]));
+    assert!(twice.is_err_and(|e| e.contains("more than once")));
+    assert_eq!(millivolts("3.7"), Some(3700));
+    assert_eq!(millivolts("10"), Some(10_000));
+    assert_eq!(millivolts("10.001"), None);
+    assert_eq!(millivolts(".5"), None);
+}
+
+// R40: one write per persistEvery on this replica, however many requests arrive together
+#[test]
+fn a_replica_claims_one_write_per_period() {
+    let beats = Heartbeats::default();
+    let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"));
+    let every = Duration::from_secs(600);
+    beats.heard("ns", "web", "a", t(0), &Reported::default());
+    assert!(beats.claim_write("ns", "web", "a", t(0), every));
+    assert!(!beats.claim_write("ns", "web", "a", t(1), every));
+    assert!(!beats.claim_write("ns", "web", "a", t(599), every));
+    assert!(beats.claim_write("ns", "web", "a", t(600), every));
+    beats.unclaim("ns", "web", "a");
+    assert!(beats.claim_write("ns", "web", "a", t(601), every));
+    // what a device reports is merged over what it reported before
+    let first = Reported {
+        width: Some(800),
+        ..Reported::default()
+    };
+    beats.heard("ns", "web", "a", t(2), &first);
+    let second = Reported {
+        rssi: Some(-50),
+        ..Reported::default()
+    };
+    let beat = beats.heard("ns", "web", "a", t(3), &second);
+    assert_eq!(
+        (beat.reported.width, beat.reported.rssi),
+        (Some(800), Some(-50))
+    );
+    assert_eq!(beat.seen, t(3));
+    beats.forget("ns", "web", "a");
+    assert_eq!(beats.get("ns", "web", "a"), None);
+}
+
+// R40: heartbeats queue per Mutation; one writer takes them in batches until none is left
+#[test]
+fn heartbeats_are_written_in_batches_by_one_writer() {
+    let beats = Heartbeats::default();
+    let now = Timestamp::from_second(1_800_000_000).unwrap_or_else(|e| panic!("{e}"));
+    let due = |id: &str| Due {
+        id: id.into(),
+        now,
+        reported: Reported::default(),
+        fallback: DeviceStatus {
+            id: id.into(),
+            variant: "v".into(),
+            enrolled_at: now.to_string(),
+            last_seen: now.to_string(),
+            state: crate::crd::DeviceState::Online,
+            reported: Reported::default(),
+            poll: None,
+        },
+        poll: false,
+        retry_at: None,
+    };
+    assert!(
+        beats.queue("ns", "web", due("a")),
+        "the first starts the writer"
+    );
+    assert!(!beats.queue("ns", "web", due("b")), "one writer at a time");
+    assert!(
+        beats.queue("ns", "other", due("a")),
+        "one writer per Mutation"
+    );
+    let mut batch: Vec<String> = beats
+        .take_due("ns", "web")
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    batch.sort();
+    assert_eq!(batch, ["a", "b"]);
+    assert!(
+        !beats.queue("ns", "web", due("c")),
+        "the writer is still at work"
+    );
+    assert_eq!(beats.take_due("ns", "web").len(), 1);
+    assert!(
+        beats.take_due("ns", "web").is_empty(),
+        "done: the writer stops"
+    );
+    assert!(
+        beats.queue("ns", "web", due("d")),
+        "and the next heartbeat starts one"
+    );
+}
