@@ -86,7 +86,7 @@ impl Sleeping {
             let Some(d) = self.decisions.get(&s.label) else {
                 continue;
             };
-            s.sleep = Some(d.sleep.clone());
+            s.sleep = Some(Box::new(d.sleep.clone()));
             let applied = matches!(s.state, VariantState::Ready | VariantState::Progressing);
             if d.sleep.state == SleepState::Idle && applied {
                 s.state = VariantState::Idle;
@@ -193,7 +193,7 @@ pub fn plan(
             .variants
             .iter()
             .find(|s| s.label == v.label)
-            .and_then(|s| s.sleep.as_ref());
+            .and_then(|s| s.sleep.as_deref());
         let sleeper = Sleeper {
             devices: &mine,
             previous: before,

@@ -317,7 +317,7 @@ pub struct VariantStatus {
     pub service: Option<VariantService>,
     /// Whether it sleeps now and why (Mutations with spec.devices.sleep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sleep: Option<VariantSleep>,
+    pub sleep: Option<Box<VariantSleep>>,
 }
 
 /// A standard Kubernetes condition (`type`, `status`, `reason`, `message`,

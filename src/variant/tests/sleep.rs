@@ -300,7 +300,7 @@ fn a_poll_is_told_when_to_ask_again() {
     let mut m = mutation("web", vec![variant("v", &[], 1)]);
     let status = |state, ready, sleep: Option<VariantSleep>| OwnerStatus {
         variants: vec![VariantStatus {
-            sleep,
+            sleep: sleep.map(Box::new),
             ..variant_status("v", state, ready)
         }],
         ..OwnerStatus::default()
