@@ -26,6 +26,13 @@ fn replicas(d: &Deployment) -> Option<i32> {
     d.spec.as_ref().and_then(|s| s.replicas)
 }
 
+/// Creates Mutation `m` with `devices` and enrolls device `id` into a variant of its own,
+/// labelled `id`; returns the device's token.
+pub(super) async fn one_device(f: &Fixture, devices: serde_json::Value, id: &str) -> String {
+    let key = create(f, "m", devices, json!({})).await;
+    enrolled(f, "m", &key, json!({"id": id, "variant": {"label": id}})).await
+}
+
 /// Waits until variant `label` of Mutation `m` has a ready replica, as a poll sees it.
 async fn ready(f: &Fixture, label: &str) {
     f.wait_status::<Mutation>("m", &format!("{label} Ready"), |s| {
@@ -226,20 +233,7 @@ async fn a_variant_wakes_ahead_of_the_next_expected_poll() {
     let f = Fixture::with_api("sleep-ahead").await;
     let sleep =
         json!({"idleAfter": "60s", "warmup": "3s", "keepWarm": "2s", "maxWakePerHour": 3600});
-    let key = create(
-        &f,
-        "m",
-        json!({"enrollment": "Open", "lateAfter": "60s", "goneAfter": "120s", "persistEvery": "30s", "sleep": sleep}),
-        json!({}),
-    )
-    .await;
-    let token = enrolled(
-        &f,
-        "m",
-        &key,
-        json!({"id": "epaper", "variant": {"label": "epaper"}}),
-    )
-    .await;
+    let token = one_device(&f, json!({"enrollment": "Open", "lateAfter": "60s", "goneAfter": "120s", "persistEvery": "30s", "sleep": sleep}), "epaper").await;
     // Enrolled, it is up (its interval unknown); the first poll finds it ready.
     ready(&f, "epaper").await;
     let first = poll(&f, "m", "epaper", &token, &[("Refresh-Rate", "12")]).await;
@@ -426,20 +420,7 @@ async fn a_new_leader_neither_wakes_nor_idles_early() {
     wait_api(f.operator.api_port, &f.ns.name).await;
     let sleep =
         json!({"idleAfter": "60s", "warmup": "3s", "keepWarm": "2s", "maxWakePerHour": 3600});
-    let key = create(
-        &f,
-        "m",
-        json!({"enrollment": "Open", "lateAfter": "120s", "goneAfter": "240s", "persistEvery": "60s", "sleep": sleep}),
-        json!({}),
-    )
-    .await;
-    let token = enrolled(
-        &f,
-        "m",
-        &key,
-        json!({"id": "epaper", "variant": {"label": "epaper"}}),
-    )
-    .await;
+    let token = one_device(&f, json!({"enrollment": "Open", "lateAfter": "120s", "goneAfter": "240s", "persistEvery": "60s", "sleep": sleep}), "epaper").await;
     f.wait_deployment("m-epaper", "up", |d| replicas(d) == Some(1))
         .await;
     ready(&f, "epaper").await;
@@ -538,20 +519,7 @@ async fn quiet_hours_keep_variants_asleep_and_say_when_they_end() {
     let hhmm = |z: &k8s_openapi::jiff::Zoned| format!("{:02}:{:02}", z.hour(), z.minute());
     let sleep = json!({"warmup": "2s", "keepWarm": "60s", "maxWakePerHour": 60,
                        "quietHours": {"from": hhmm(&from), "to": hhmm(&to), "timeZone": zone}});
-    let key = create(
-        &f,
-        "m",
-        json!({"enrollment": "Open", "sleep": sleep}),
-        json!({}),
-    )
-    .await;
-    let token = enrolled(
-        &f,
-        "m",
-        &key,
-        json!({"id": "night", "variant": {"label": "night"}}),
-    )
-    .await;
+    let token = one_device(&f, json!({"enrollment": "Open", "sleep": sleep}), "night").await;
     let idle = f
         .wait_status::<Mutation>("m", "night Idle", |s| {
             state_of(s, "night") == Some(VariantState::Idle)

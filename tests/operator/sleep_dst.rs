@@ -10,8 +10,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 use mutantops::crd::VariantState;
 
-use super::devices::{create, enrolled};
 use super::leader::libfaketime;
+use super::sleep::one_device;
 use super::*;
 
 const ZONE: &str = "Europe/Berlin";
@@ -50,20 +50,7 @@ async fn quiet_across(prefix: &str, fake_now: Timestamp, seconds: i64) {
     wait_api(f.operator.api_port, &f.ns.name).await;
     let sleep = json!({"warmup": "2s", "keepWarm": "60s", "maxWakePerHour": 60,
                        "quietHours": {"from": "01:00", "to": "03:30", "timeZone": ZONE}});
-    let key = create(
-        &f,
-        "m",
-        json!({"enrollment": "Open", "sleep": sleep}),
-        json!({}),
-    )
-    .await;
-    let token = enrolled(
-        &f,
-        "m",
-        &key,
-        json!({"id": "night", "variant": {"label": "night"}}),
-    )
-    .await;
+    let token = one_device(&f, json!({"enrollment": "Open", "sleep": sleep}), "night").await;
     let idle = f
         .wait_status::<Mutation>("m", "night Idle", |s| {
             s.variants
