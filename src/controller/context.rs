@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use super::{announce, events};
 use crate::{
     cache::Caches,
+    crd::{OwnerResource, OwnerStatus},
     metrics::Metrics,
     variant::{CachedSecret, PodSecurity},
 };
@@ -48,6 +49,83 @@ pub struct Context {
     pub pod_security: PodSecurity,
     /// What this replica remembers of expiring sleeping variants (R42).
     pub expiry: ExpiryMemory,
+    /// The statuses this replica wrote that its cache may not have yet.
+    pub written: WrittenStatuses,
+}
+
+impl Context {
+    /// The status to reconcile `obj` from: its cached one, or the one this replica last
+    /// wrote while the cache does not have it yet ([`WrittenStatuses`]).
+    pub(super) fn previous<K: OwnerResource>(&self, uid: &str, obj: &K) -> OwnerStatus {
+        let cached = obj.owner_status().cloned().unwrap_or_default();
+        let version = obj.meta().resource_version.as_deref();
+        self.written.previous(uid, version, cached, Instant::now())
+    }
+
+    /// Remembers that `status` was just written for `obj`, as cached.
+    pub(super) fn wrote<K: OwnerResource>(&self, uid: &str, obj: &K, status: &OwnerStatus) {
+        let version = obj.meta().resource_version.as_deref();
+        self.written.wrote(uid, version, status, Instant::now());
+    }
+}
+
+/// How long a written status stands in for the cached one, at most: the watch delivers it in
+/// milliseconds; one it never delivers is not waited for.
+const WRITTEN_STANDS: Duration = Duration::from_secs(60);
+
+/// The status this replica last wrote per owner uid, with the resourceVersion of the cached
+/// object it was computed from, until the cache has moved past that object.
+///
+/// A reconcile may start before the watch has delivered the status the previous one wrote
+/// (a Deployment event re-queues the owner first). Computed from the older status, it would
+/// decide again what was just decided: a sleeping variant's wake would be started, written
+/// and counted twice (R42, `mutantops_variant_wakes_total`).
+#[derive(Default)]
+pub struct WrittenStatuses {
+    by_uid: Mutex<HashMap<String, (String, OwnerStatus, Instant)>>,
+}
+
+impl WrittenStatuses {
+    /// The status to reconcile from: `cached` (of the object at `version`), or, while the
+    /// cache still holds the object this replica last wrote a status from, the status written
+    /// then, with the cached device list (not this writer's, R40).
+    pub(super) fn previous(
+        &self,
+        uid: &str,
+        version: Option<&str>,
+        cached: OwnerStatus,
+        now: Instant,
+    ) -> OwnerStatus {
+        let Ok(mut written) = self.by_uid.lock() else {
+            return cached;
+        };
+        written.retain(|_, (_, _, at)| now.saturating_duration_since(*at) < WRITTEN_STANDS);
+        match written.get(uid) {
+            Some((from, status, _)) if Some(from.as_str()) == version => OwnerStatus {
+                devices: cached.devices,
+                device_summary: cached.device_summary,
+                ..status.clone()
+            },
+            _ => {
+                written.remove(uid);
+                cached
+            }
+        }
+    }
+
+    /// Remembers that `status` was written from the object at `version`.
+    pub(super) fn wrote(
+        &self,
+        uid: &str,
+        version: Option<&str>,
+        status: &OwnerStatus,
+        now: Instant,
+    ) {
+        let (Some(version), Ok(mut written)) = (version, self.by_uid.lock()) else {
+            return;
+        };
+        written.insert(uid.to_owned(), (version.to_owned(), status.clone(), now));
+    }
 }
 
 /// What this replica remembers of expiring sleeping variants (R42, `sleep::expire`): since
@@ -108,6 +186,52 @@ impl ExpiryMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::DeviceSummary;
+
+    // R42: a reconcile that starts before the cache has the status the last one wrote works
+    // from the written one (the device list, another writer's, from the cache); once the cache
+    // has moved on, or after a minute, from the cache
+    #[test]
+    fn a_written_status_stands_in_until_the_cache_moves_on() {
+        let written = WrittenStatuses::default();
+        let t0 = Instant::now();
+        let status = |summary: &str, devices: i32| OwnerStatus {
+            summary: summary.to_owned(),
+            device_summary: Some(Box::new(DeviceSummary {
+                total: devices,
+                ..DeviceSummary::default()
+            })),
+            ..OwnerStatus::default()
+        };
+        assert_eq!(
+            written.previous("u", Some("1"), status("cached", 0), t0),
+            status("cached", 0)
+        );
+        written.wrote("u", Some("1"), &status("written", 0), t0);
+        let seen = written.previous("u", Some("1"), status("cached", 2), t0);
+        assert_eq!(seen, status("written", 2));
+        // another owner's is its own
+        assert_eq!(
+            written.previous("v", Some("1"), status("cached", 0), t0),
+            status("cached", 0)
+        );
+        // after a minute with the cache where it was, the cache is taken as it is
+        let late = t0 + WRITTEN_STANDS;
+        assert_eq!(
+            written.previous("u", Some("1"), status("cached", 0), late),
+            status("cached", 0)
+        );
+        // the cache moved on: forgotten
+        written.wrote("u", Some("1"), &status("written", 0), t0);
+        assert_eq!(
+            written.previous("u", Some("2"), status("newer", 0), t0),
+            status("newer", 0)
+        );
+        assert_eq!(
+            written.previous("u", Some("1"), status("cached", 0), t0),
+            status("cached", 0)
+        );
+    }
 
     // R42, issue 36 items 5 and 7: a variant due by the wall clock (which may have jumped
     // forward on a board without a real-time clock) is expired only once this process has

@@ -119,6 +119,7 @@ where
         leader,
         pod_security: who.pod_security,
         expiry: context::ExpiryMemory::default(),
+        written: context::WrittenStatuses::default(),
     });
     // Issue 35, item 4: the counts of repeated Events are written even when the repeats
     // stop; the task ends with the controller (its context).

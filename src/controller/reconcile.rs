@@ -60,7 +60,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         return Ok(Action::await_change());
     }
     let owner = Owner::from_resource(K::KIND, obj.as_ref())?;
-    let previous = obj.owner_status().cloned().unwrap_or_default();
+    let previous = ctx.previous(&owner.uid, obj.as_ref());
 
     // A name too long to be a label value cannot be served: no Secret, no Deployment can carry
     // it. Reported, and left at that, rather than failing every reconcile.
@@ -164,6 +164,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // once per Deployment, so this cannot put the status off for long.
     if status != previous && created.is_empty() {
         write_status::<K>(&ctx, &owner, &status).await?;
+        ctx.wrote(&owner.uid, obj.as_ref(), &status);
         sleep::count(&ctx, &previous, &status);
     }
     // R40: the devices' states as time changes them, requeued for the next change.
