@@ -22,33 +22,26 @@ wake_label=()
 usec() { printf '%s\n' "${EPOCHREALTIME/./}"; }
 secs_of() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1e6 }'; }
 # device_poll ID TOKEN RATE: the device's poll, its answer in $work/poll-ID.json; prints the
-# HTTP status; how long the answer took (curl's time_total, seconds) is added to
-# $work/poll-times.
+# HTTP status; how long the answer took at the operator (from the request sent to the whole
+# answer read: curl's time_total - time_pretransfer, seconds) is added to $work/poll-times.
 device_poll() {
     local out
-    out=$(curl -sS -o "$work/poll-$1.json" -w '%{http_code} %{time_total}' \
+    out=$(curl -sS -o "$work/poll-$1.json" -w '%{http_code} %{time_pretransfer} %{time_total}' \
         -H "Authorization: Bearer $2" -H "Refresh-Rate: $3" "$DEVICE_BSNAP/devices/$1/poll")
-    printf '%s\n' "${out#* }" >>"$work/poll-times"
+    awk -v p="${out#* }" 'BEGIN { split(p, t, " "); printf "%.6f\n", t[2] - t[1] }' >>"$work/poll-times"
     printf '%s' "${out%% *}"
 }
-# poll_burst N ID TOKEN...: N polls at once, spread over the devices given as ID TOKEN pairs;
-# each must answer 200 (timed into $work/poll-times as device_poll does).
+# poll_burst N ID TOKEN...: N polls at once from one process (poll_burst.py: N connections,
+# then N requests written together), spread over the devices given as ID TOKEN pairs; each
+# must answer 200, timed into $work/poll-times as device_poll does.
 poll_burst() {
-    local n=$1 i pids=() ids=() toks=() k code t
-    shift
-    while (($# >= 2)); do ids+=("$1") toks+=("$2"); shift 2; done
-    for i in $(seq 0 $((n - 1))); do
-        k=$((i % ${#ids[@]}))
-        curl -sS -o /dev/null -w '%{http_code} %{time_total}\n' -H "Authorization: Bearer ${toks[$k]}" \
-            -H "Refresh-Rate: 3600" "$DEVICE_BSNAP/devices/${ids[$k]}/poll" >"$work/burst-$i" &
-        pids+=($!)
-    done
-    for i in "${pids[@]}"; do wait "$i" || fail "a poll of the burst failed"; done
-    for i in $(seq 0 $((n - 1))); do
-        read -r code t <"$work/burst-$i"
+    local code t
+    python3 "$repo/scripts/real-node.d/poll_burst.py" "$DEVICE_BSNAP" "$@" >"$work/burst" ||
+        fail "the burst of polls failed"
+    while read -r code t; do
         [[ $code == 200 ]] || fail "a poll of the burst answered $code"
         printf '%s\n' "$t" >>"$work/poll-times"
-    done
+    done <"$work/burst"
 }
 # service_url ANSWER: http://node:nodePort of a poll's answer's `service`.
 service_url() {
@@ -249,10 +242,13 @@ variant's Deployment was seen at 0 replicas, spec and status (it is up from \`wa
 before an expected poll to 2 s and \`keepWarm\` after it).
 
 A poll never waits for its variant: every poll of the step (the wakes' and the scheduled
-devices') and then 50 polls at once of the scheduled devices, ${poll_n} in all, each timed by curl
-(\`time_total\`, through the ClusterIP of \`svc/mutantops-api\` by kube-proxy's rules, a new
-connection each): p50 **${poll_p50} ms**, p99 **${poll_p99} ms**, max **${poll_max} ms**. The answer
-comes from the replica's cache; the poll's write, which wakes the variant, is not waited for.
+devices', by curl) and then 50 polls at once of the scheduled devices (one process with 50
+connections, \`scripts/real-node.d/poll_burst.py\`, every request written together), ${poll_n} in
+all, through the ClusterIP of \`svc/mutantops-api\` by kube-proxy's rules, each timed at the
+operator, from its request sent to its whole answer read (curl's \`time_total\` less
+\`time_pretransfer\`: the connection's setup is the kernel's, not the operator's): p50
+**${poll_p50} ms**, p99 **${poll_p99} ms**, max **${poll_max} ms**. The answer comes from the
+replica's cache; the poll's write, which wakes the variant, is not waited for.
 
 The default \`warmup\` (\`DEFAULT_WARMUP\` in src/crd/sleep.rs) is ${default} s: above this p95,
 which is only the platform's part of a wake. The stand-in answers as soon as its container
