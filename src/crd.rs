@@ -19,6 +19,7 @@ mod owner;
 mod packed;
 mod placement;
 mod print;
+pub mod rollout;
 mod service;
 pub mod sleep;
 mod spec;
@@ -32,6 +33,7 @@ pub use owner::{OwnerKind, OwnerResource};
 pub use packed::PackedJson;
 pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use print::{crd_files, crds_yaml, print_crds};
+pub use rollout::{OnFailure, RolloutPhase, RolloutSpec, RolloutStatus, RolloutStep};
 pub use service::{
     IpFamily, IpFamilyPolicy, MAX_CIDR, MAX_SERVICE_PORTS, MAX_SOURCE_RANGES, ServicePortSpec,
     ServiceProtocol, ServiceSpec, ServiceType, TrafficPolicy, VariantService, VariantServicePort,

@@ -58,6 +58,7 @@ pub mod quiet;
 mod refusal;
 mod registry;
 mod report;
+pub mod rollout;
 mod secret;
 mod service;
 pub mod sleep;

@@ -21,6 +21,7 @@ mod pod_security;
 mod quiet;
 mod refusal;
 mod report;
+mod rollout;
 mod service;
 mod sleep;
 mod status;
