@@ -241,6 +241,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
             device_access: None,
             service: None,
             devices: None,
+            rollout: None,
         },
     );
     m.metadata.namespace = Some("default".to_owned());

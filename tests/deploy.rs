@@ -184,7 +184,7 @@ fn the_readme_lists_every_right_of_the_service_account() {
         .flat_map(|d| d["rules"].as_sequence().unwrap().clone())
         .map(|rule| (words(&rule["resources"]), words(&rule["verbs"])))
         .collect();
-    assert_eq!(granted.len(), 8, "{granted:?}");
+    assert_eq!(granted.len(), 9, "{granted:?}");
 
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();

@@ -104,6 +104,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
             device_access: device_access.map(Box::new),
             service,
             devices,
+            rollout: None,
         },
         status: None,
     };

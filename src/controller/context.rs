@@ -51,6 +51,38 @@ pub struct Context {
     pub expiry: ExpiryMemory,
     /// The statuses this replica wrote that its cache may not have yet.
     pub written: WrittenStatuses,
+    /// The bases of revisions a rollout holds variants on (issue 37).
+    pub revisions: RevisionMemory,
+}
+
+/// The bases of the revisions a rollout holds variants on, per owner uid and revision, as
+/// read from their ControllerRevisions (`controller::rollout`): each is read once, and
+/// forgotten when no variant or fallback of its owner needs it.
+#[derive(Default)]
+pub struct RevisionMemory {
+    bases: Mutex<HashMap<(String, String), Arc<str>>>,
+}
+
+impl RevisionMemory {
+    /// The base text of `revision` of owner `uid`, if remembered.
+    pub(super) fn get(&self, uid: &str, revision: &str) -> Option<Arc<str>> {
+        let bases = self.bases.lock().ok()?;
+        bases.get(&(uid.to_owned(), revision.to_owned())).cloned()
+    }
+
+    /// Remembers `text` as the base of `revision` of owner `uid`.
+    pub(super) fn put(&self, uid: &str, revision: &str, text: &str) {
+        if let Ok(mut bases) = self.bases.lock() {
+            bases.insert((uid.to_owned(), revision.to_owned()), Arc::from(text));
+        }
+    }
+
+    /// Forgets the revisions of owner `uid` other than `held`.
+    pub(super) fn keep(&self, uid: &str, held: &[&str]) {
+        if let Ok(mut bases) = self.bases.lock() {
+            bases.retain(|(u, r), _| u != uid || held.contains(&r.as_str()));
+        }
+    }
 }
 
 impl Context {

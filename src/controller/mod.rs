@@ -13,6 +13,7 @@ mod context;
 mod devices;
 mod events;
 mod reconcile;
+pub mod rollout;
 pub mod secret;
 mod services;
 pub mod sleep;
@@ -120,6 +121,7 @@ where
         pod_security: who.pod_security,
         expiry: context::ExpiryMemory::default(),
         written: context::WrittenStatuses::default(),
+        revisions: context::RevisionMemory::default(),
     });
     // Issue 35, item 4: the counts of repeated Events are written even when the repeats
     // stop; the task ends with the controller (its context).
@@ -289,28 +291,33 @@ pub fn start(
     }
 }
 
-/// What re-queues an owner (its watch's predicate): its generation, as for every owner, and
-/// for a Mutation whose variants sleep, its devices' last polls and the time its silence was
-/// accepted. The operator's own status writes change none of these, so they do not loop.
+/// What re-queues an owner (its watch's predicate): its generation, as for every owner; for a
+/// Mutation whose variants sleep, its devices' last polls and the time its silence was
+/// accepted; for an owner with `spec.rollout`, its resume and abort annotations. The
+/// operator's own status writes change none of these, so they do not loop.
 fn changes<K: OwnerResource>(obj: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let generation = obj.meta().generation;
     let sleeps = obj.devices().is_some_and(|d| d.sleep.is_some());
-    if !sleeps {
+    let rolls = obj.rollout().is_some();
+    if !sleeps && !rolls {
         return generation.map(|g| g as u64);
     }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     generation.hash(&mut hasher);
-    for d in obj.owner_status().map_or(&[][..], |s| &s.devices[..]) {
-        if let Some(poll) = &d.poll {
-            (&d.id, &poll.last).hash(&mut hasher);
+    let annotation = |key: &str| obj.meta().annotations.as_ref().and_then(|a| a.get(key));
+    if sleeps {
+        for d in obj.owner_status().map_or(&[][..], |s| &s.devices[..]) {
+            if let Some(poll) = &d.poll {
+                (&d.id, &poll.last).hash(&mut hasher);
+            }
         }
+        annotation(sleep::SILENCE_ACCEPTED).hash(&mut hasher);
     }
-    obj.meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(sleep::SILENCE_ACCEPTED))
-        .hash(&mut hasher);
+    if rolls {
+        annotation(crate::variant::rollout::RESUME_ANNOTATION).hash(&mut hasher);
+        annotation(crate::variant::rollout::ABORT_ANNOTATION).hash(&mut hasher);
+    }
     Some(hasher.finish())
 }
 

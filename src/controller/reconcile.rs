@@ -21,17 +21,13 @@
 use std::{collections::BTreeSet, sync::Arc};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-    runtime::controller::Action,
-};
-use serde_json::json;
+use kube::{Api, runtime::controller::Action};
 
 use super::{
     context::{Context, REFUSED_RETRY, RESYNC_AFTER},
     devices,
     events::EventType,
+    rollout,
     secret::{self, SecretState},
     services, sleep,
     tell::{Created, announce_created, announce_problems, deployment_ref, publish},
@@ -39,11 +35,10 @@ use super::{
 };
 use crate::{
     Result,
-    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantStatus},
+    crd::{OwnerKind, OwnerResource, VariantStatus},
     submit,
     variant::{
-        self, Base, DeploymentWire, FIELD_MANAGER, Findings, MetaView, ObservedDeployment, Owner,
-        Planned,
+        self, Base, DeploymentWire, Findings, MetaView, ObservedDeployment, Owner, Planned,
         converge::{self, Done, Next, Outcome},
         devices::Policy,
     },
@@ -95,9 +90,22 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let mut created = Vec::new();
     let mut denied = false;
     let mut not_allowed = None;
+    let mut rolling = rollout::Rolling::default();
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
-            let planned = variant::plan(&parsed, &owner, &declared);
+            // Issue 37: with spec.rollout, which base revision each variant runs.
+            rolling = rollout::prepare(
+                &ctx,
+                &owner,
+                obj.as_ref(),
+                &parsed,
+                &declared,
+                &observed,
+                &previous,
+                &mut problems,
+            )
+            .await?;
+            let planned = rolling.plan(&parsed, &owner, &declared);
             // Issue 35, item 1: a token's env never reaches a command line the base added later.
             let planned = variant::commands::hold_command_lines(
                 planned,
@@ -154,6 +162,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     });
     let silent = sleeping.condition(&previous, &now);
     status.conditions.extend(silent);
+    rolling.report(&mut status, &previous, &now);
     // The device list is written apart (`devices`); it is the same status either way.
     status.devices.clone_from(&previous.devices);
     status.device_summary.clone_from(&previous.device_summary);
@@ -163,7 +172,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // written now would say only "Progressing" and be written over at once. Creation happens
     // once per Deployment, so this cannot put the status off for long.
     if status != previous && created.is_empty() {
-        write_status::<K>(&ctx, &owner, &status).await?;
+        write::status::<K>(&ctx, &owner, &status).await?;
         ctx.wrote(&owner.uid, obj.as_ref(), &status);
         sleep::count(&ctx, &previous, &status);
     }
@@ -179,7 +188,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // freeing the quota or changing the policy is no event of this owner's (R35), and neither
     // is labelling the namespace privileged (R33).
     let after = if denied { REFUSED_RETRY } else { RESYNC_AFTER };
-    let changes = [device_change, sleeping.next(), expiry]
+    let changes = [device_change, sleeping.next(), expiry, rolling.next()]
         .into_iter()
         .flatten();
     let after = changes.fold(after, |after, change| after.min(change + DEVICE_SLACK));
@@ -421,30 +430,5 @@ async fn prune<K: OwnerResource>(
             publish(ctx, obj, EventType::Normal, "VariantPruned", note, related).await;
         }
     }
-    Ok(())
-}
-
-/// Server-side applies the status under the operator's field manager, so fields it no longer
-/// reports are removed.
-async fn write_status<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    status: &OwnerStatus,
-) -> Result<()> {
-    // Never the device list: its writer is `submit::devices`, under a field manager of its own.
-    let status = OwnerStatus {
-        devices: Vec::new(),
-        device_summary: None,
-        ..status.clone()
-    };
-    let patch = json!({
-        "apiVersion": owner.kind.api_version(),
-        "kind": owner.kind.kind(),
-        "status": status,
-    });
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
-        .await?;
     Ok(())
 }

@@ -11,8 +11,10 @@ use serde_json::Value;
 
 use super::context::Context;
 use crate::{
-    Error, submit,
-    variant::{self, DeploymentWire, FIELD_MANAGER, MetaView, ObservedDeployment, Refusal},
+    Error,
+    crd::{OwnerResource, OwnerStatus},
+    submit,
+    variant::{self, DeploymentWire, FIELD_MANAGER, MetaView, ObservedDeployment, Owner, Refusal},
 };
 
 /// Why a write of a variant's Deployment failed.
@@ -142,4 +144,29 @@ where
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
         Err(err) => Err(err.into()),
     }
+}
+
+/// Server-side applies an owner's status under the operator's field manager, so fields it no
+/// longer reports are removed.
+pub(super) async fn status<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    status: &OwnerStatus,
+) -> crate::Result<()> {
+    // Never the device list: its writer is `submit::devices`, under a field manager of its own.
+    let status = OwnerStatus {
+        devices: Vec::new(),
+        device_summary: None,
+        ..status.clone()
+    };
+    let patch = serde_json::json!({
+        "apiVersion": owner.kind.api_version(),
+        "kind": owner.kind.kind(),
+        "status": status,
+    });
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
+        .await?;
+    Ok(())
 }

@@ -49,6 +49,7 @@ pub(crate) fn mutant_deployment(name: &str, variants: Vec<Variant>) -> MutantDep
             deployment: (&minimal_base()).into(),
             mutations: variants,
             service: None,
+            rollout: None,
         },
     );
     md.metadata.namespace = Some("default".into());
@@ -65,6 +66,7 @@ pub(crate) fn mutation(name: &str, variants: Vec<Variant>) -> Mutation {
             device_access: None,
             service: None,
             devices: None,
+            rollout: None,
         },
     );
     m.metadata.namespace = Some("default".into());

@@ -10,6 +10,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use super::devices::DevicesSpec;
 use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
+use super::rollout::RolloutSpec;
 use super::service::ServiceSpec;
 use super::spec::{MutantDeployment, Mutation, OwnerStatus, Variant};
 
@@ -74,6 +75,8 @@ pub trait OwnerResource:
     fn devices(&self) -> Option<&DevicesSpec> {
         None
     }
+    /// How a base change reaches the variants (`spec.rollout`), if in steps.
+    fn rollout(&self) -> Option<&RolloutSpec>;
     /// What a Mutation's token may ask (`spec.deviceAccess`), if the kind has tokens.
     fn device_access(&self) -> Option<&DeviceAccess> {
         None
@@ -94,6 +97,9 @@ impl OwnerResource for MutantDeployment {
     fn service(&self) -> Option<&ServiceSpec> {
         self.spec.service.as_ref()
     }
+    fn rollout(&self) -> Option<&RolloutSpec> {
+        self.spec.rollout.as_deref()
+    }
 }
 
 impl OwnerResource for Mutation {
@@ -109,6 +115,9 @@ impl OwnerResource for Mutation {
     }
     fn service(&self) -> Option<&ServiceSpec> {
         self.spec.service.as_ref()
+    }
+    fn rollout(&self) -> Option<&RolloutSpec> {
+        self.spec.rollout.as_deref()
     }
     fn devices(&self) -> Option<&DevicesSpec> {
         self.spec.devices.as_deref()

@@ -64,7 +64,8 @@ pub struct RolloutStep {
     #[schemars(range(min = 1, max = 100))]
     pub percent: Option<i32>,
 
-    /// `true`: wait here until resumed (`POST .../rollout/resume` of the admin API).
+    /// `true`: wait here until resumed: annotation mutantops.neiam.org/rollout-resume set to
+    /// `<revision>/<step>/<a new word>` (status.rollout names both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<bool>,
 }
@@ -132,7 +133,7 @@ pub struct RolloutStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The last resume taken: the value of annotation mutantops.neiam.org/rollout-resume
-    /// (`<revision>/<step>/<when>`), so that each is taken once.
+    /// (`<revision>/<step>/<a new word>`), so that each is taken once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<String>,
 }

@@ -12,6 +12,7 @@ use super::devices::{DeviceStatus, DeviceSummary, DevicesSpec};
 use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
 use super::placement::{ContainerOverride, Toleration};
+use super::rollout::{RolloutSpec, RolloutStatus};
 use super::service::{ServiceSpec, VariantService};
 use super::sleep::VariantSleep;
 use super::strmap::StrMap;
@@ -158,6 +159,13 @@ macro_rules! owner_kind {
                 priority = "1"
             ),
             printcolumn(
+                name = "Rollout",
+                type_ = "string",
+                json_path = ".status.rollout.phase",
+                description = "where the rollout of the base stands (spec.rollout)",
+                priority = "1"
+            ),
+            printcolumn(
                 name = "Message",
                 type_ = "string",
                 json_path = ".status.message",
@@ -192,6 +200,12 @@ owner_kind! {
     /// address is in the variant's status. Absent: no Services (removing it deletes them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+
+    /// How a change of the base reaches the variants: in steps, each step's Deployments
+    /// available before the next starts; status.rollout says where it stands. Absent: every
+    /// variant at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Box<RolloutSpec>>,
 }
 }
 
@@ -261,6 +275,12 @@ owner_kind! {
     /// Absent: the Mutation's token manages the variants itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Box<DevicesSpec>>,
+
+    /// How a change of the base reaches the variants: in steps, each step's Deployments
+    /// available before the next starts; status.rollout says where it stands. Absent: every
+    /// variant at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Box<RolloutSpec>>,
 }
 }
 
@@ -384,6 +404,9 @@ pub struct OwnerStatus {
     /// How many devices are in each state (Mutations with spec.devices only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_summary: Option<Box<DeviceSummary>>,
+    /// Where the rollout of the base stands (spec.rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Box<RolloutStatus>>,
 }
 
 /// Schema of the embedded base Deployment: any object with apiVersion, kind and metadata,

@@ -46,6 +46,29 @@ pub struct RolloutCounts {
     /// `status.readyReplicas`.
     #[serde(default)]
     pub ready_replicas: Option<i32>,
+    /// Whether the Deployment controller gave up on its rollout: condition `Progressing` is
+    /// False with reason `ProgressDeadlineExceeded` (issue 37).
+    #[serde(default, rename = "conditions", deserialize_with = "stalled")]
+    pub stalled: bool,
+}
+
+/// One of a Deployment's `status.conditions`, as much as [`stalled`] reads.
+#[derive(Deserialize)]
+struct WireCondition<'a> {
+    #[serde(default, rename = "type", borrow)]
+    type_: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    status: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    reason: std::borrow::Cow<'a, str>,
+}
+
+/// Whether `conditions` say the rollout passed its progress deadline.
+fn stalled<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let conditions: Option<Vec<WireCondition<'de>>> = Option::deserialize(d)?;
+    Ok(conditions.unwrap_or_default().iter().any(|c| {
+        c.type_ == "Progressing" && c.status == "False" && c.reason == "ProgressDeadlineExceeded"
+    }))
 }
 
 /// The operator's `Update` entry in a Deployment's `metadata.managedFields`: the Deployment was
@@ -126,8 +149,8 @@ impl ObservedDeployment {
     }
 }
 
-/// The fields read off the wire; everything else (`status.conditions`, `managedFields`, ...) is
-/// skipped by the decoder without being built first.
+/// The fields read off the wire; everything else (`managedFields`, ...) is skipped by the decoder
+/// without being built first, and of `status.conditions` only whether the rollout stalled.
 #[derive(Deserialize)]
 struct Wire {
     #[serde(default)]

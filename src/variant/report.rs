@@ -168,5 +168,7 @@ pub fn owner_status(found: Findings<'_>) -> OwnerStatus {
         // from them: the controller's status never carries them.
         devices: Vec::new(),
         device_summary: None,
+        // Where a rollout stands is the controller's to add (`controller::rollout`).
+        rollout: None,
     }
 }

@@ -22,6 +22,13 @@ use crate::crd::{
     rollout::{DEFAULT_PROGRESS_DEADLINE_SECONDS, MAX_STEP_PATTERNS, MAX_STEPS},
 };
 
+/// Annotation of an owner: `<revision>/<step>/<anything new>` resumes that step once (a pause
+/// step, or a failed one).
+pub const RESUME_ANNOTATION: &str = "mutantops.neiam.org/rollout-resume";
+/// Annotation of an owner: `<revision>` returns every variant to the previous revision while
+/// that revision is the current one.
+pub const ABORT_ANNOTATION: &str = "mutantops.neiam.org/rollout-abort";
+
 /// The revision of a base: the first 10 hex digits of the SHA-256 of its compact text.
 pub fn revision_of(base_text: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, base_text.as_bytes());
@@ -330,7 +337,8 @@ pub fn decide(
             }
             st.phase = RolloutPhase::Paused;
             st.message = Some(format!(
-                "at pause step {step}: resume it (POST .../rollout/resume)"
+                "at pause step {step}: resume it with annotation \
+                 {RESUME_ANNOTATION}={current}/{step}/<a new word>"
             ));
             break;
         }

@@ -220,6 +220,7 @@ fn owner_from_resource_needs_namespace_and_uid() {
             device_access: None,
             service: None,
             devices: None,
+            rollout: None,
         },
     );
     let said = |m: &crate::crd::Mutation| {

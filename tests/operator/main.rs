@@ -47,6 +47,7 @@ mod prometheus_operator;
 mod rbac;
 mod refused;
 mod replicas;
+mod rollout;
 mod scoped;
 mod secret;
 mod services;

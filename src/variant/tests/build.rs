@@ -446,3 +446,32 @@ fn handover_patch_is_guarded() {
         json!({"op": "remove", "path": "/metadata/managedFields/0"})
     );
 }
+
+// Issue 37: of a Deployment's conditions only whether its rollout passed its progress
+// deadline is kept
+#[test]
+fn an_observed_deployment_says_whether_its_rollout_stalled() {
+    let desired = build(&base(), &owner(), &variant("canary", &[], 1));
+    let with = |conditions: serde_json::Value| {
+        let mut served = desired.clone();
+        served["status"] = json!({"observedGeneration": 2, "conditions": conditions});
+        let observed: Result<ObservedDeployment, _> = serde_json::from_value(served);
+        let status = observed.map_err(|e| e.to_string())?.status;
+        status
+            .map(|s| s.stalled)
+            .ok_or_else(|| "no status".to_owned())
+    };
+    let progressing = |status: &str, reason: &str| {
+        json!([
+            {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+            {"type": "Progressing", "status": status, "reason": reason, "message": "..."},
+        ])
+    };
+    assert_eq!(
+        with(progressing("False", "ProgressDeadlineExceeded")),
+        Ok(true)
+    );
+    assert_eq!(with(progressing("True", "ReplicaSetUpdated")), Ok(false));
+    assert_eq!(with(json!([])), Ok(false));
+    assert_eq!(with(json!(null)), Ok(false));
+}

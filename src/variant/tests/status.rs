@@ -15,6 +15,7 @@ fn dep(generation: i64, spec: i32, status: Option<(i64, i32, i32, i32)>) -> Obse
         replicas: Some(replicas).filter(|r| *r != 0),
         updated_replicas: Some(updated).filter(|r| *r != 0),
         ready_replicas: Some(ready).filter(|r| *r != 0),
+        stalled: false,
     });
     d
 }

@@ -1,0 +1,377 @@
+//! A base change reaching the variants in steps, as the leader applies it (issue 37): the
+//! owner's `spec.rollout`, checked; each base revision kept in a ControllerRevision of the
+//! owner (`<owner>-<revision>`, the base's text as written, so that a variant held on it, or
+//! rolled back to it, is built byte for byte as before); what [`variant::rollout::decide`]
+//! decides from the variants' Deployments; each variant planned from the base of the revision
+//! it is to run, its Deployment labelled with that revision; and `status.rollout`.
+//!
+//! A revision's base is read from the API server once per process and kept in memory while a
+//! variant or the rollout needs it: a rollout that is Complete reads nothing. Once one
+//! completes, the ControllerRevisions other than the current and the previous one are
+//! deleted.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::{api::apps::v1::ControllerRevision, jiff::Timestamp};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use serde_json::{Value, json};
+
+use super::{context::Context, events::EventType, tell::publish};
+use crate::{
+    Result,
+    crd::{Condition, OwnerResource, OwnerStatus, RolloutPhase, Variant, VariantState},
+    variant::{
+        self, Base, KIND_LABEL, OWNER_LABEL, ObservedDeployment, Owner, Planned, is_controlled_by,
+        rollout::{
+            ABORT_ANNOTATION, Health, Outcome, RESUME_ANNOTATION, RolloutPolicy, Running, Word,
+            decide, revision_of,
+        },
+    },
+};
+
+/// Label of a variant's Deployment and of a ControllerRevision: the base revision it holds.
+pub const REVISION_LABEL: &str = "mutantops.neiam.org/revision";
+/// Condition type while a rollout is held (a pause, `spec.rollout.paused`, a failed step).
+pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
+
+/// What the rollout decided for one owner; the default plans every variant from the base.
+#[derive(Default)]
+pub struct Rolling {
+    outcome: Option<Outcome>,
+    /// The base of each revision other than the current one that a variant runs.
+    bases: BTreeMap<String, Base>,
+}
+
+impl Rolling {
+    /// How long until the current step's deadline, while one runs.
+    pub fn next(&self) -> Option<Duration> {
+        self.outcome.as_ref().and_then(|o| o.next)
+    }
+
+    /// Plans every declared variant from the base of the revision it is to run, and labels
+    /// its Deployment with that revision.
+    pub fn plan(&self, current: &Base, owner: &Owner, declared: &[Variant]) -> Vec<Planned> {
+        let Some(outcome) = &self.outcome else {
+            return variant::plan(current, owner, declared);
+        };
+        let mut planned = variant::plan(current, owner, declared);
+        for (revision, base) in &self.bases {
+            if !outcome.targets.iter().any(|t| t == revision) {
+                continue;
+            }
+            let held = variant::plan(base, owner, declared);
+            for (slot, (old, target)) in planned
+                .iter_mut()
+                .zip(held.into_iter().zip(&outcome.targets))
+            {
+                if target == revision {
+                    *slot = old;
+                }
+            }
+        }
+        for (p, target) in planned.iter_mut().zip(&outcome.targets) {
+            if let Planned::Apply { object, .. } = p
+                && let Some(labels) = object
+                    .pointer_mut("/metadata/labels")
+                    .and_then(Value::as_object_mut)
+            {
+                labels.insert(REVISION_LABEL.to_owned(), target.as_str().into());
+            }
+        }
+        planned
+    }
+
+    /// `status.rollout`, and condition `RolloutPaused` while the rollout is held.
+    pub fn report(&self, status: &mut OwnerStatus, previous: &OwnerStatus, now: &str) {
+        let Some(outcome) = &self.outcome else {
+            return;
+        };
+        let st = &outcome.status;
+        status.rollout = Some(Box::new(st.clone()));
+        if matches!(st.phase, RolloutPhase::Paused | RolloutPhase::Degraded) {
+            let since = previous
+                .conditions
+                .iter()
+                .find(|c| c.type_ == ROLLOUT_PAUSED)
+                .map_or_else(|| now.to_owned(), |c| c.last_transition_time.clone());
+            status.conditions.push(Condition {
+                type_: ROLLOUT_PAUSED.to_owned(),
+                status: "True".to_owned(),
+                reason: if st.phase == RolloutPhase::Paused {
+                    "Paused".to_owned()
+                } else {
+                    "StepFailed".to_owned()
+                },
+                message: st.message.clone().unwrap_or_default(),
+                last_transition_time: since,
+                observed_generation: None,
+            });
+        }
+    }
+}
+
+/// `obj`'s `spec.rollout`, checked (a problem is pushed to `problems`, and then every variant
+/// takes the base at once), and what it decides now for `declared` (the variants as planned,
+/// an idle one at zero instances) from their Deployments (`observed`) and the last status.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one reconcile's parts, each its own"
+)]
+pub async fn prepare<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    current_base: &Base,
+    declared: &[Variant],
+    observed: &[Arc<ObservedDeployment>],
+    previous: &OwnerStatus,
+    problems: &mut Vec<String>,
+) -> Result<Rolling> {
+    let Some(spec) = obj.rollout() else {
+        return Ok(Rolling::default());
+    };
+    let policy = match RolloutPolicy::of(spec) {
+        Ok(policy) => policy,
+        Err(problem) => {
+            problems.push(problem);
+            return Ok(Rolling::default());
+        }
+    };
+    let text = obj.base().text();
+    let current = revision_of(text);
+    let before = previous.rollout.as_deref();
+    if before.is_none_or(|b| b.revision != current) {
+        keep_revision(ctx, owner, &current, text).await?;
+    }
+    let find = |label: &str| {
+        let name = variant::deployment_name(current_base.name(), label);
+        observed
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(name.as_str()))
+    };
+    let running: Vec<Running> = declared
+        .iter()
+        .map(|v| {
+            let dep = find(&v.label);
+            let (state, _, _) = variant::variant_state(v.instances, dep.map(Arc::as_ref));
+            let stalled = dep
+                .and_then(|d| d.status.as_ref())
+                .is_some_and(|s| s.stalled);
+            Running {
+                label: &v.label,
+                revision: dep.and_then(|d| d.metadata.labels.as_ref()?.get(REVISION_LABEL)),
+                idle: v.instances == 0,
+                health: match state {
+                    VariantState::Ready => Health::Available,
+                    _ if stalled => Health::Stalled,
+                    _ => Health::Progressing,
+                },
+            }
+        })
+        .collect();
+    let annotation = |key: &str| {
+        obj.meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    let word = Word {
+        resumed: annotation(RESUME_ANNOTATION),
+        aborted: annotation(ABORT_ANNOTATION),
+    };
+    // The bases at hand: every revision a variant runs, and, unless the rollout is complete
+    // and stays so, the last one and the one it falls back to; each only with the current
+    // base's name (another name is other Deployments: nothing to hold on to). A complete
+    // rollout whose variants run the current base reads none.
+    let mut wanted: Vec<&str> = running.iter().filter_map(|r| r.revision).collect();
+    if let Some(b) = before {
+        let settled = b.revision == current
+            && b.phase == RolloutPhase::Complete
+            && word.aborted != Some(current.as_str());
+        if !settled {
+            wanted.extend(b.previous_revision.as_deref());
+            wanted.push(&b.revision);
+        }
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut bases = BTreeMap::new();
+    for revision in wanted.into_iter().filter(|r| *r != current) {
+        if let Some(base) = load_revision(ctx, owner, revision).await?
+            && base.name() == current_base.name()
+        {
+            bases.insert(revision.to_owned(), base);
+        }
+    }
+    let mut kept: Vec<&str> = bases.keys().map(String::as_str).collect();
+    kept.push(&current);
+    let outcome = decide(
+        &policy,
+        &current,
+        &kept,
+        before,
+        &running,
+        word,
+        Timestamp::now(),
+    );
+    let (was, now) = (before.map(|b| b.phase), outcome.status.phase);
+    if before.is_none_or(|b| b.revision != current || b.phase != now) {
+        tell(ctx, obj, &outcome, was).await;
+    }
+    if now == RolloutPhase::Complete && was.is_some_and(|w| w != RolloutPhase::Complete) {
+        let keep = [
+            Some(current.as_str()),
+            outcome.status.previous_revision.as_deref(),
+        ];
+        prune_revisions(ctx, owner, &keep).await?;
+    }
+    let mut held: Vec<&str> = outcome.targets.iter().map(String::as_str).collect();
+    held.extend(outcome.status.previous_revision.as_deref());
+    held.push(&current);
+    ctx.revisions.keep(&owner.uid, &held);
+    Ok(Rolling {
+        outcome: Some(outcome),
+        bases,
+    })
+}
+
+/// An Event for the rollout's new phase.
+async fn tell<K: OwnerResource>(
+    ctx: &Context,
+    obj: &K,
+    outcome: &Outcome,
+    was: Option<RolloutPhase>,
+) {
+    let st = &outcome.status;
+    let (kind, reason, note) = match st.phase {
+        RolloutPhase::Degraded => (
+            EventType::Warning,
+            "RolloutFailed",
+            st.message.clone().unwrap_or_default(),
+        ),
+        RolloutPhase::Paused => (
+            EventType::Normal,
+            "RolloutPaused",
+            st.message.clone().unwrap_or_default(),
+        ),
+        RolloutPhase::Progressing => (
+            EventType::Normal,
+            "RolloutStarted",
+            format!("revision {} at step {}", st.revision, st.step),
+        ),
+        RolloutPhase::Complete if was.is_some() => (
+            EventType::Normal,
+            "RolloutComplete",
+            format!("every variant runs revision {}", st.revision),
+        ),
+        RolloutPhase::Complete => return,
+    };
+    publish(ctx, obj, kind, reason, note, None).await;
+}
+
+fn revision_name(owner: &Owner, revision: &str) -> String {
+    format!("{}-{revision}", owner.name)
+}
+
+/// Keeps `text`, the base of `revision`, in a ControllerRevision of the owner (made once).
+async fn keep_revision(ctx: &Context, owner: &Owner, revision: &str, text: &str) -> Result<()> {
+    if ctx.revisions.get(&owner.uid, revision).is_some() {
+        return Ok(());
+    }
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let object: ControllerRevision = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": revision_name(owner, revision),
+            "namespace": owner.namespace,
+            "labels": {
+                OWNER_LABEL: owner.name,
+                KIND_LABEL: owner.kind.label_value(),
+                REVISION_LABEL: revision,
+            },
+            "ownerReferences": owner.owner_references_json(),
+        },
+        "data": { "base": text },
+        "revision": Timestamp::now().as_second(),
+    }))
+    .map_err(|e| {
+        crate::Error::Internal(format!("a ControllerRevision that does not decode: {e}"))
+    })?;
+    let params = PostParams {
+        field_manager: Some(variant::FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) => return Err(err.into()),
+    }
+    ctx.revisions.put(&owner.uid, revision, text);
+    Ok(())
+}
+
+/// The base of `revision`, from memory or its ControllerRevision; `None` when there is none
+/// of this owner's whose text is that revision.
+async fn load_revision(ctx: &Context, owner: &Owner, revision: &str) -> Result<Option<Base>> {
+    let text = match ctx.revisions.get(&owner.uid, revision) {
+        Some(text) => text,
+        None => {
+            let api: Api<ControllerRevision> =
+                Api::namespaced(ctx.client.clone(), &owner.namespace);
+            let Some(cr) = api.get_opt(&revision_name(owner, revision)).await? else {
+                return Ok(None);
+            };
+            let text = cr
+                .data
+                .as_ref()
+                .and_then(|d| d.0.get("base"))
+                .and_then(Value::as_str);
+            match text {
+                Some(text)
+                    if is_controlled_by(&cr.metadata, &owner.uid)
+                        && revision_of(text) == revision =>
+                {
+                    ctx.revisions.put(&owner.uid, revision, text);
+                    Arc::from(text)
+                }
+                _ => return Ok(None),
+            }
+        }
+    };
+    let value: Option<Value> = serde_json::from_str(&text).ok();
+    Ok(value.and_then(|v| Base::parse(&v).ok()))
+}
+
+/// Deletes the owner's ControllerRevisions other than those of `keep`.
+async fn prune_revisions(ctx: &Context, owner: &Owner, keep: &[Option<&str>]) -> Result<()> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let selector = format!(
+        "{OWNER_LABEL}={},{KIND_LABEL}={}",
+        owner.name,
+        owner.kind.label_value()
+    );
+    for cr in api.list(&ListParams::default().labels(&selector)).await? {
+        let revision = cr
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(REVISION_LABEL));
+        let name = cr.metadata.name.clone().unwrap_or_default();
+        if !is_controlled_by(&cr.metadata, &owner.uid)
+            || keep.contains(&revision.map(String::as_str))
+        {
+            continue;
+        }
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
