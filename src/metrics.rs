@@ -30,6 +30,11 @@
 //! the request's `Accept` header as the Go client library does: text unless OpenMetrics is
 //! asked for.
 //!
+//! The rollouts in steps (`spec.rollout`, issue 37) are read off the owners' caches at each
+//! scrape too (`rollout`): `mutantops_rollouts` by kind and phase, and for each rollout that
+//! is not complete `mutantops_rollout_step` and
+//! `mutantops_rollout_step_started_timestamp_seconds`.
+//!
 //! Every known label combination of the counters and the histogram is created at start, so
 //! each series exists at 0 before anything happens. The three cache gauges are computed at
 //! scrape time from the controllers' caches ([`Metrics::set_caches`]); `kind` is
@@ -38,6 +43,7 @@
 mod gauges;
 mod labels;
 mod process;
+mod rollout;
 mod sleep;
 #[cfg(test)]
 mod tests;

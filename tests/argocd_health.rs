@@ -25,8 +25,8 @@ use std::{
 
 use mutantops::{
     crd::{
-        Mutation, MutationSpec, OwnerStatus, Variant, VariantService, VariantServicePort,
-        VariantState, VariantStatus,
+        Mutation, MutationSpec, OwnerStatus, RolloutPhase, RolloutStatus, Variant, VariantService,
+        VariantServicePort, VariantState, VariantStatus,
     },
     variant::{ready_condition, summary},
 };
@@ -334,6 +334,55 @@ fn an_idle_variant_is_healthy() {
         Some("quiet hours until 07:00 Europe/Berlin"),
     );
     assert_eq!(m.status.as_ref().unwrap().conditions[0].status, "True");
+}
+
+/// [`alpha_ready_and_beta`] with beta in `state`, and its rollout (issue 37) in `phase`.
+fn rolling(state: VariantState, phase: RolloutPhase, message: Option<&str>) -> Mutation {
+    let mut m = alpha_ready_and_beta(state, None);
+    m.status.as_mut().unwrap().rollout = Some(Box::new(RolloutStatus {
+        revision: "5e1f0c2a9b".to_owned(),
+        previous_revision: Some("77aa01bc3d".to_owned()),
+        step: 2,
+        phase,
+        message: message.map(str::to_owned),
+        ..RolloutStatus::default()
+    }));
+    m
+}
+
+// Issue 37: a rollout held at a pause step is Suspended, with how to resume it
+#[test]
+fn a_paused_rollout_is_suspended() {
+    let said = "at pause step 2: resume it with annotation \
+                mutantops.neiam.org/rollout-resume=5e1f0c2a9b/2/<a new word>";
+    let m = rolling(VariantState::Ready, RolloutPhase::Paused, Some(said));
+    assert_eq!(health(&m), expect("Suspended", &format!("rollout: {said}")));
+}
+
+// Issue 37: a failed step is Degraded with its message; a variant's own problem comes first
+#[test]
+fn a_failed_rollout_is_degraded_after_a_variants_own_problem() {
+    let said = "step 0 failed: beta not available with revision 5e1f0c2a9b within 300 s";
+    let m = rolling(
+        VariantState::Progressing,
+        RolloutPhase::Degraded,
+        Some(said),
+    );
+    assert_eq!(health(&m), expect("Degraded", &format!("rollout: {said}")));
+    let m = rolling(VariantState::Invalid, RolloutPhase::Degraded, Some(said));
+    assert_eq!(health(&m), expect("Degraded", "beta: Invalid"));
+}
+
+// Issue 37: a rollout at a step is Progressing and says where; a complete one changes nothing
+#[test]
+fn a_running_rollout_is_progressing_and_a_complete_one_changes_nothing() {
+    let m = rolling(VariantState::Progressing, RolloutPhase::Progressing, None);
+    assert_eq!(
+        health(&m),
+        expect("Progressing", "rollout of revision 5e1f0c2a9b at step 2")
+    );
+    let m = rolling(VariantState::Ready, RolloutPhase::Complete, None);
+    assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
 }
 
 #[test]

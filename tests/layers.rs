@@ -289,7 +289,10 @@ const ROOMS: &[(&str, &[&str])] = &[
             "response", "limits", "deadline", "shares", "conns", "budget", "body", "tls",
         ],
     ),
-    ("metrics", &["labels", "process", "sleep", "gauges"]),
+    (
+        "metrics",
+        &["labels", "process", "sleep", "rollout", "gauges"],
+    ),
     ("lease", &["decide"]),
     ("submit", &["pod_security", "devices", "own"]),
     (

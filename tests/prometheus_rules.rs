@@ -29,7 +29,7 @@ use serde_yaml::Value;
 const JOB: &str = "mutantops";
 
 /// The alerts of rules.yaml.
-const ALERTS: [&str; 7] = [
+const ALERTS: [&str; 8] = [
     "MutantDeviceBatteryLow",
     "MutantDeviceSilent",
     "MutantOpsDown",
@@ -37,6 +37,7 @@ const ALERTS: [&str; 7] = [
     "MutantOpsReconcileErrors",
     "MutantOpsVariantsConflict",
     "MutantOpsVariantsInvalid",
+    "MutantRolloutStuck",
 ];
 
 /// A file of `deploy/`.

@@ -16,5 +16,18 @@ if obj.status ~= nil and obj.status.variants ~= nil then
       hs.status = "Progressing"
     end
   end
+  -- spec.rollout: a failed step is Degraded, a held rollout Suspended, a running one
+  -- Progressing (a variant's own problem is named first).
+  local rollout = obj.status.rollout
+  if rollout ~= nil and hs.status ~= "Degraded" then
+    if rollout.phase == "Degraded" then
+      hs.status = "Degraded"; hs.message = "rollout: " .. (rollout.message or "a step failed")
+    elseif rollout.phase == "Paused" then
+      hs.status = "Suspended"; hs.message = "rollout: " .. (rollout.message or "paused")
+    elseif rollout.phase == "Progressing" then
+      hs.status = "Progressing"
+      hs.message = "rollout of revision " .. rollout.revision .. " at step " .. rollout.step
+    end
+  end
 end
 return hs

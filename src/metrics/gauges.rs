@@ -1,7 +1,8 @@
 //! The gauges read off the caches at each scrape: owners and declared variants per kind,
 //! Mutation variants per reported state, and the devices of Mutations with `spec.devices`:
 //! how many in each state, and per device (while there are no more than the cap) when each
-//! was last seen and what it reported of its battery and signal.
+//! was last seen and what it reported of its battery and signal; and the rollouts in steps
+//! (`rollout`).
 
 use std::{
     fmt,
@@ -248,7 +249,18 @@ impl Collector for CacheCollector {
                 .into_iter()
                 .zip(counts.sleep),
         )?;
-        let mutations = self.view().map(|v| v.mutations.state()).unwrap_or_default();
+        let view = self.view();
+        let mutations = view
+            .as_ref()
+            .map(|v| v.mutations.state())
+            .unwrap_or_default();
+        let mds = view
+            .as_ref()
+            .map(|v| v.mutant_deployments.state())
+            .unwrap_or_default();
+        let mut rolling = super::rollout::rollouts(&mds);
+        rolling.extend(super::rollout::rollouts(&mutations));
+        super::rollout::encode(&mut encoder, KINDS.map(|k| k.kind()), &rolling)?;
         let max = self.max_devices.load(Ordering::Relaxed);
         encode_devices(&mut encoder, &mutations, max)
     }

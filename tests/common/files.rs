@@ -18,7 +18,8 @@ pub fn read(path: &str) -> String {
 }
 
 /// The operator's exposition (OpenMetrics), as the library renders it, with a Mutation of one
-/// device in its caches, so the device families have series too.
+/// device and a rollout at its second step in its caches, so the device and rollout families
+/// have series too.
 pub fn exposition() -> String {
     let metrics = mutantops::metrics::Metrics::new();
     let (mutant_deployments, _) = kube::runtime::reflector::store();
@@ -30,7 +31,10 @@ pub fn exposition() -> String {
         "status": {"summary": "", "devices": [{
             "id": "lilygo-1", "variant": "lilygo", "enrolledAt": "2026-12-01T00:00:00Z",
             "lastSeen": "2026-12-03T00:00:00Z", "state": "Online",
-            "reported": {"batteryMillivolts": 3910, "rssi": -61}}]}
+            "reported": {"batteryMillivolts": 3910, "rssi": -61}}],
+            "rollout": {"revision": "5e1f0c2a9b", "previousRevision": "77aa01bc3d", "step": 1,
+                        "stepStarted": "2026-12-03T00:00:00Z", "updated": 1,
+                        "phase": "Progressing"}}
     }))
     .unwrap_or_else(|e| panic!("{e}"));
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(fleet));
