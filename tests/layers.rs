@@ -316,6 +316,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "variants",
             "devices",
             "poll",
+            "rollout",
         ],
     ),
     (

@@ -29,6 +29,7 @@ pub mod namespaces;
 mod placement;
 mod poll;
 mod registry;
+mod rollout;
 pub mod routes;
 mod state;
 mod variants;
@@ -259,6 +260,8 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         Action::RemoveDevice => devices::remove(state, &caller, ns, name, id).await,
         Action::RotateToken => devices::rotate(state, &caller, ns, name, id).await,
         Action::Poll => poll::poll(state, &caller, ns, name).await,
+        Action::ResumeRollout => rollout::resume(state, ns, name).await,
+        Action::AbortRollout => rollout::abort(state, ns, name).await,
     }
 }
 

@@ -54,6 +54,10 @@ pub enum Action {
     RotateToken,
     /// `devices::poll`.
     Poll,
+    /// `rollout::resume`.
+    ResumeRollout,
+    /// `rollout::abort`.
+    AbortRollout,
 }
 
 /// One route of the table.
@@ -92,6 +96,10 @@ pub enum Shape {
     DeviceToken,
     /// `/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll`.
     DevicePoll,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/rollout/resume`.
+    RolloutResume,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/rollout/abort`.
+    RolloutAbort,
 }
 
 const MUTATIONS: (&str, Shape) = ("/api/v1/namespaces/{ns}/mutations", Shape::Mutations);
@@ -120,6 +128,15 @@ const DEVICE_TOKEN: (&str, Shape) = (
 const DEVICE_POLL: (&str, Shape) = (
     "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll",
     Shape::DevicePoll,
+);
+
+const ROLLOUT_RESUME: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/rollout/resume",
+    Shape::RolloutResume,
+);
+const ROLLOUT_ABORT: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/rollout/abort",
+    Shape::RolloutAbort,
 );
 
 const fn route(
@@ -246,6 +263,20 @@ pub static ROUTES: &[Route] = &[
         Action::Poll,
         "a device's heartbeat",
     ),
+    route(
+        Method::POST,
+        ROLLOUT_RESUME,
+        Access::Admin,
+        Action::ResumeRollout,
+        "resume its rollout at a pause or a failed step (admin)",
+    ),
+    route(
+        Method::POST,
+        ROLLOUT_ABORT,
+        Access::Admin,
+        Action::AbortRollout,
+        "abort its rollout, every variant back on the previous base (admin)",
+    ),
 ];
 
 /// The parameters of a routed path.
@@ -326,6 +357,12 @@ fn shape_of(path: &str) -> Option<(Shape, Params<'_>)> {
         }
         [ns, "mutations", name, "devices", id, "poll"] => {
             Some((Shape::DevicePoll, d(ns, name, id)))
+        }
+        [ns, "mutations", name, "rollout", "resume"] => {
+            Some((Shape::RolloutResume, p(ns, Some(*name), None)))
+        }
+        [ns, "mutations", name, "rollout", "abort"] => {
+            Some((Shape::RolloutAbort, p(ns, Some(*name), None)))
         }
         _ => None,
     }

@@ -176,8 +176,13 @@ async fn write_over(
     if let Some(entry) = fresh.created_entry() {
         let resource_version = fresh.metadata.resource_version.as_deref().unwrap_or("");
         let patch = entry.handover_patch(resource_version);
-        if let Err(err) = write::hand_over::<ObservedService>(ctx, &fresh.metadata, patch).await {
-            return refused(err);
+        match write::hand_over::<ObservedService>(ctx, &fresh.metadata, patch).await {
+            Ok(()) => {}
+            // Changed since it was read: the reconcile fails, and is tried again.
+            Err(kube::Error::Api(status)) if write::moved_on(&status) => {
+                return Err(kube::Error::Api(status).into());
+            }
+            Err(err) => return refused(err),
         }
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();

@@ -93,7 +93,9 @@ pub(super) async fn apply(
         )
         .await
         .map_err(|e| match e {
-            kube::Error::Api(status) if variant::classify(&status) == Some(Refusal::Denied) => {
+            kube::Error::Api(status)
+                if !moved_on(&status) && variant::classify(&status) == Some(Refusal::Denied) =>
+            {
                 WriteError::Refused(status)
             }
             e => WriteError::Failed(e.into()),
@@ -102,6 +104,14 @@ pub(super) async fn apply(
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api.patch(name, &params, &Patch::Apply(object)).await?;
     Ok(DeploymentWire::into_observed(applied))
+}
+
+/// Whether a handover's refusal says only that the object changed since it was read: its
+/// `test` of the resourceVersion or of the entry failed (422, naming no field). A retry reads
+/// it again; it is never the variant's fault (CI saw one marked Invalid this way, under load,
+/// when the Deployment controller wrote its status between the cache and the handover).
+pub(super) fn moved_on(status: &kube::core::Status) -> bool {
+    status.code == 422
 }
 
 /// Sends the JSON patch (RFC 6902) of [`variant::CreatedEntry::handover_patch`] to the object

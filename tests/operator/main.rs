@@ -31,6 +31,7 @@ mod devices;
 mod devices_liveness;
 mod editors;
 mod examples;
+mod handover;
 mod invalid;
 mod kubectl;
 mod leader;

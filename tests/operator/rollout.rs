@@ -293,3 +293,111 @@ async fn a_new_leader_resumes_and_an_abort_returns_everything() {
         "the eight never moved are never written"
     );
 }
+
+/// Issue 37 items 3 and 6, through the HTTP API: the admin resumes a Mutation's rollout at
+/// its pause step and aborts it (202, the annotation written); the Mutation's own token is
+/// refused (401), and so is a resume with nothing to resume (409, saying why). A token's
+/// PATCH of instances mid-rollout scales its variant on the template it runs.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn the_admin_resumes_and_aborts_a_mutations_rollout() {
+    let f = Fixture::with_api("rollout-api").await;
+    let manifest = |image: &str| {
+        let mut b = base("snap");
+        b["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+        let variants = json!([{"label": "radxa"}, {"label": "lily"}]);
+        let mut m = mutation("m", b, variants);
+        m["spec"]["rollout"] = json!({"steps": [{"variants": ["radxa"]}, {"pause": true}]});
+        m
+    };
+    f.apply::<Mutation>(&manifest("registry.example/app:1"))
+        .await;
+    let token = f.token("m").await;
+    let done = |s: &OwnerStatus| {
+        s.summary == "2/2 variants ready"
+            && s.rollout
+                .as_deref()
+                .is_some_and(|r| r.phase == RolloutPhase::Complete)
+    };
+    f.wait_status::<Mutation>("m", "complete", done).await;
+    let resume = |token: &'static str| {
+        let f = &f;
+        async move {
+            f.call("POST", "/mutations/m/rollout/resume", Some(token), None)
+                .await
+        }
+    };
+    let refused = resume(ADMIN).await;
+    refused.assert_refused(
+        409,
+        &["rollout of revision", "is Complete: nothing to resume"],
+    );
+    let lily_before = f.deployments().get("snap-lily").await.unwrap();
+
+    f.apply::<Mutation>(&manifest("registry.example/app:2"))
+        .await;
+    let paused = |s: &OwnerStatus| {
+        s.rollout
+            .as_deref()
+            .is_some_and(|r| r.phase == RolloutPhase::Paused)
+    };
+    f.wait_status::<Mutation>("m", "paused", paused).await;
+    // Mid-rollout, the Mutation's token scales lily, which stays on its template.
+    let scale = json!({"instances": 2});
+    let scaled = f
+        .call(
+            "PATCH",
+            "/mutations/m/variants/lily",
+            Some(&token),
+            Some(&scale),
+        )
+        .await;
+    assert_eq!(scaled.status, 200, "{scaled:?}");
+    let lily = f
+        .wait_deployment("snap-lily", "two replicas", |d| {
+            d.spec.as_ref().and_then(|s| s.replicas) == Some(2)
+        })
+        .await;
+    assert_eq!(
+        serde_json::to_value(&lily.spec.unwrap().template).unwrap(),
+        serde_json::to_value(&lily_before.spec.unwrap().template).unwrap(),
+        "scaled on the old template"
+    );
+    let by_token = f
+        .call("POST", "/mutations/m/rollout/resume", Some(&token), None)
+        .await;
+    assert_eq!(by_token.status, 401, "{by_token:?}");
+
+    let resumed = resume(ADMIN).await;
+    assert_eq!(resumed.status, 202, "{resumed:?}");
+    let said = resumed.json();
+    assert_eq!(said["annotation"], "mutantops.neiam.org/rollout-resume");
+    assert_eq!(
+        (said["step"].as_i64(), said["phase"].as_str()),
+        (Some(1), Some("Paused"))
+    );
+    f.wait_status::<Mutation>("m", "complete again", done).await;
+    f.wait_deployment("snap-lily", "the new image", |d| {
+        let t = serde_json::to_string(&d.spec.as_ref().unwrap().template).unwrap();
+        image_of(&t) == "registry.example/app:2"
+    })
+    .await;
+
+    let aborted = f
+        .call("POST", "/mutations/m/rollout/abort", Some(ADMIN), None)
+        .await;
+    assert_eq!(aborted.status, 202, "{aborted:?}");
+    f.wait_status::<Mutation>("m", "aborted", |s| {
+        s.rollout
+            .as_deref()
+            .is_some_and(|r| r.phase == RolloutPhase::Degraded)
+    })
+    .await;
+    for label in ["radxa", "lily"] {
+        f.wait_deployment(&format!("snap-{label}"), "the old image", |d| {
+            let t = serde_json::to_string(&d.spec.as_ref().unwrap().template).unwrap();
+            image_of(&t) == "registry.example/app:1"
+        })
+        .await;
+    }
+}
