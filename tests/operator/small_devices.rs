@@ -14,6 +14,8 @@ use tokio::{
 };
 use tokio_rustls::rustls::pki_types::ServerName;
 
+use mutantops::crd::RolloutPhase;
+
 use super::*;
 
 /// The response-header budget of ESP-IDF's `esp_http_client` (`buffer_size`, 512 by default).
@@ -94,6 +96,8 @@ fn template(path: &str) -> &'static str {
             "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/token"
         }
         [.., "devices", _, "poll"] => "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll",
+        [.., "rollout", "resume"] => "/api/v1/namespaces/{ns}/mutations/{name}/rollout/resume",
+        [.., "rollout", "abort"] => "/api/v1/namespaces/{ns}/mutations/{name}/rollout/abort",
         _ => "(none)",
     }
 }
@@ -144,6 +148,23 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     let board = enrolled.json()["token"].as_str().unwrap().to_owned();
     let board = Some(board.as_str());
     let enroll_b = json!({"id": "b", "label": "shared"}).to_string();
+    // Issue 37: a Mutation whose rollout waits at a pause step, to resume and abort.
+    let rolled = |image: &str| {
+        let mut b = base("ro");
+        b["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+        let mut m = mutation("ro", b, json!([{"label": "a", "instances": 0}]));
+        m["spec"]["rollout"] = json!({"steps": [{"pause": true}]});
+        m
+    };
+    f.apply::<Mutation>(&rolled("registry.example/app:1")).await;
+    let phase = |want: RolloutPhase| {
+        move |s: &OwnerStatus| s.rollout.as_deref().is_some_and(|r| r.phase == want)
+    };
+    f.wait_status::<Mutation>("ro", "Complete", phase(RolloutPhase::Complete))
+        .await;
+    f.apply::<Mutation>(&rolled("registry.example/app:2")).await;
+    f.wait_status::<Mutation>("ro", "Paused", phase(RolloutPhase::Paused))
+        .await;
     let cases: Vec<Case> = vec![
         ("GET", p(""), Some(ADMIN), vec![], None, 200),
         ("POST", p(""), Some(ADMIN), vec![], Some(other.clone()), 201),
@@ -210,6 +231,22 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
             200,
         ),
         ("GET", p("/fleet/devices/a"), board, vec![], None, 401),
+        (
+            "POST",
+            p("/ro/rollout/resume"),
+            Some(ADMIN),
+            vec![],
+            None,
+            202,
+        ),
+        (
+            "POST",
+            p("/ro/rollout/abort"),
+            Some(ADMIN),
+            vec![],
+            None,
+            202,
+        ),
         ("PUT", p("/snap"), device, vec![], None, 405),
         ("GET", "/nothing".into(), None, vec![], None, 404),
     ];
