@@ -229,9 +229,13 @@ pub async fn prepare<K: OwnerResource>(
         ];
         prune_revisions(ctx, owner, &keep).await?;
     }
+    // The current base is the owner's own: only the others are remembered, and the previous
+    // one only while the rollout is not complete.
     let mut held: Vec<&str> = outcome.targets.iter().map(String::as_str).collect();
-    held.extend(outcome.status.previous_revision.as_deref());
-    held.push(&current);
+    if now != RolloutPhase::Complete {
+        held.extend(outcome.status.previous_revision.as_deref());
+    }
+    held.retain(|r| *r != current);
     ctx.revisions.keep(&owner.uid, &held);
     Ok(Rolling {
         outcome: Some(outcome),
@@ -277,11 +281,9 @@ fn revision_name(owner: &Owner, revision: &str) -> String {
     format!("{}-{revision}", owner.name)
 }
 
-/// Keeps `text`, the base of `revision`, in a ControllerRevision of the owner (made once).
+/// Keeps `text`, the base of `revision`, in a ControllerRevision of the owner: made once, when
+/// the revision first appears (one made already answers 409, which is as good).
 async fn keep_revision(ctx: &Context, owner: &Owner, revision: &str, text: &str) -> Result<()> {
-    if ctx.revisions.get(&owner.uid, revision).is_some() {
-        return Ok(());
-    }
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let object: ControllerRevision = serde_json::from_value(json!({
         "apiVersion": "apps/v1",
@@ -311,7 +313,6 @@ async fn keep_revision(ctx: &Context, owner: &Owner, revision: &str, text: &str)
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(err) => return Err(err.into()),
     }
-    ctx.revisions.put(&owner.uid, revision, text);
     Ok(())
 }
 
