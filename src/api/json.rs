@@ -336,6 +336,10 @@ pub struct VariantView<'a> {
     pub read_only: bool,
     /// What the controller last reported for it; null until then.
     pub status: Option<&'a VariantStatus>,
+    /// With spec.rollout, the base revision its Deployment runs (issue 37); left out
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// A Mutation as the API shows it.
@@ -381,6 +385,7 @@ pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView<'_>> {
         containers: &v.containers,
         read_only: m.variants_read_only(),
         status: variant_status(m, index, &v.label),
+        revision: None,
     })
 }
 

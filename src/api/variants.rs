@@ -24,8 +24,9 @@ use crate::{
     variant::{
         Base, Owner,
         access::{device_may_add, device_may_scale, route_device_env},
-        check_variant_count,
+        check_variant_count, deployment_name,
         placement::validate_containers,
+        rollout::REVISION_LABEL,
         totals, validate_variants,
     },
 };
@@ -35,8 +36,24 @@ pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
     let m = fresh::mutation(state, caller, ns, name).await?;
     let items: Vec<_> = (0..m.spec.variants.len())
         .filter_map(|i| variant_view(&m, i))
+        .map(|mut view| {
+            view.revision = running_revision(state, &m, view.label);
+            view
+        })
         .collect();
     Ok(http::json(StatusCode::OK, &items))
+}
+
+/// With spec.rollout, the base revision variant `label`'s Deployment runs, as cached (its
+/// label `mutantops.neiam.org/revision`): what a device's variant answer says of a rollout.
+fn running_revision(state: &ApiState, m: &Mutation, label: &str) -> Option<String> {
+    m.spec.rollout.as_ref()?;
+    let ns = m.metadata.namespace.as_deref()?;
+    let deployment = deployment_name(&base_name(m), label);
+    let key = kube::runtime::reflector::ObjectRef::new(&deployment).within(ns);
+    let cached = state.caches.mutation_deployments.store.get(&key)?;
+    let labels = cached.metadata.labels.as_ref()?;
+    labels.get(REVISION_LABEL).map(str::to_owned)
 }
 
 /// The variant a request names: `.../namespaces/{ns}/mutations/{name}/variants/{label}`.
@@ -68,7 +85,8 @@ pub async fn get(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
         m = cached_mutation(state, caller, ns, name)?;
     }
     let index = position(&m, label).ok_or_else(|| absent(ns, name, label))?;
-    let view = variant_view(&m, index).ok_or_else(|| absent(ns, name, label))?;
+    let mut view = variant_view(&m, index).ok_or_else(|| absent(ns, name, label))?;
+    view.revision = running_revision(state, &m, label);
     Ok(http::json(StatusCode::OK, &view))
 }
 

@@ -26,14 +26,12 @@ use crate::{
     variant::{
         self, Base, KIND_LABEL, OWNER_LABEL, ObservedDeployment, Owner, Planned, is_controlled_by,
         rollout::{
-            ABORT_ANNOTATION, Health, Outcome, RESUME_ANNOTATION, RolloutPolicy, Running, Word,
-            decide, revision_of,
+            ABORT_ANNOTATION, Health, Outcome, RESUME_ANNOTATION, REVISION_LABEL, RolloutPolicy,
+            Running, Word, decide, revision_of,
         },
     },
 };
 
-/// Label of a variant's Deployment and of a ControllerRevision: the base revision it holds.
-pub const REVISION_LABEL: &str = "mutantops.neiam.org/revision";
 /// Condition type while a rollout is held (a pause, `spec.rollout.paused`, a failed step).
 pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
 

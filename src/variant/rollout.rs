@@ -22,6 +22,8 @@ use crate::crd::{
     rollout::{DEFAULT_PROGRESS_DEADLINE_SECONDS, MAX_STEP_PATTERNS, MAX_STEPS},
 };
 
+/// Label of a variant's Deployment and of a ControllerRevision: the base revision it holds.
+pub const REVISION_LABEL: &str = "mutantops.neiam.org/revision";
 /// Annotation of an owner: `<revision>/<step>/<anything new>` resumes that step once (a pause
 /// step, or a failed one).
 pub const RESUME_ANNOTATION: &str = "mutantops.neiam.org/rollout-resume";

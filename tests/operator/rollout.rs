@@ -341,7 +341,21 @@ async fn the_admin_resumes_and_aborts_a_mutations_rollout() {
             .as_deref()
             .is_some_and(|r| r.phase == RolloutPhase::Paused)
     };
-    f.wait_status::<Mutation>("m", "paused", paused).await;
+    let held = f.wait_status::<Mutation>("m", "paused", paused).await;
+    let r = held.rollout.unwrap();
+    // Item 6: the variant answer says which revision each runs.
+    for (label, want) in [
+        ("radxa", Some(&r.revision)),
+        ("lily", r.previous_revision.as_ref()),
+    ] {
+        let path = format!("/mutations/m/variants/{label}");
+        let got = f.call("GET", &path, Some(&token), None).await;
+        assert_eq!(
+            got.json()["revision"].as_str(),
+            want.map(String::as_str),
+            "{label}: {got:?}"
+        );
+    }
     // Mid-rollout, the Mutation's token scales lily, which stays on its template.
     let scale = json!({"instances": 2});
     let scaled = f

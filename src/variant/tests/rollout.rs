@@ -495,3 +495,26 @@ fn a_revision_is_ten_hex_digits_of_the_base() {
     assert!(r.bytes().all(|b| b.is_ascii_hexdigit()));
     assert_ne!(r, revision_of(r#"{"metadata":{"name":"snap2"}}"#));
 }
+
+// A variant added mid-rollout (no Deployment yet, so no revision) starts on the newest base,
+// whatever its step; one that is Idle too.
+#[test]
+fn a_variant_added_mid_rollout_starts_on_the_newest_base() {
+    let p = policy(vec![step_of(&["lily-0"]), pause()]);
+    let revs = vec!["a".to_owned(); 10];
+    let mut v = ten(&revs, &[Health::Available; 10]);
+    v[7].revision = None;
+    v[7].health = Health::Progressing;
+    let o = decide(
+        &p,
+        "b",
+        &["a", "b"],
+        Some(&complete("a")),
+        &v,
+        Word::default(),
+        at(0),
+    );
+    assert_eq!(o.targets[7], "b", "{:?}", o.targets);
+    assert_eq!(o.targets[8], "a");
+    assert_eq!(count(&o, "b"), 2);
+}
