@@ -275,7 +275,8 @@ for run in runs:
             continue
         parts = path[len(prefix):].split("/")[1:]
         # parts: [name], [name, "variants"], [name, "variants", label], [name, "devices"],
-        # [name, "devices", id], [name, "devices", id, "token" or "poll"]
+        # [name, "devices", id], [name, "devices", id, "token" or "poll"],
+        # [name, "rollout", "resume" or "abort"]
         if parts and not NAME.fullmatch(parts[0]):
             continue
         kind = parts[1] if len(parts) > 1 else None
@@ -420,6 +421,11 @@ for run in runs:
             expect(has_device and owner == [name, did, True], "a poll answered for a device not its token's")
             expect(has_device and answer.get("variant") == devices[did], f"polled {answer}")
             figures["polled"] += 1
+        elif kind == "rollout" and len(parts) == 3 and status == 409:
+            # The API's create takes no spec.rollout: none of the model's Mutations has one.
+            expect(m is not None, "409 for the rollout of a Mutation that does not exist")
+        elif kind == "rollout" and len(parts) == 3 and status == 404:
+            expect(m is None, "404 for the rollout of a Mutation that exists")
         else:
             checked -= 1
             problems.append(f"{where}: an answer the API does not give")

@@ -1,8 +1,8 @@
 //! The admin's word on a Mutation's rollout in steps (issue 37 item 3):
 //! `POST .../mutations/{name}/rollout/resume` and `.../rollout/abort`. Each writes the
 //! annotation the leader reads (`variant::rollout::RESUME_ANNOTATION`, `ABORT_ANNOTATION`)
-//! with a merge patch on the resourceVersion just read, so it answers for the rollout as it
-//! stood; the leader acts on it at its next reconcile, which the annotation brings.
+//! with a merge patch of the annotations alone, for the rollout as just read; the leader acts
+//! on it at its next reconcile, which the annotation brings.
 
 use hyper::StatusCode;
 use k8s_openapi::jiff::Timestamp;
@@ -66,7 +66,7 @@ async fn rollout_of(
     Ok((m, status))
 }
 
-/// Writes `annotations` (a value, or null to remove) on the resourceVersion `m` was read at.
+/// Writes `annotations` (a value, or null to remove) on `m`.
 async fn annotate(
     state: &ApiState,
     m: &Mutation,
@@ -77,10 +77,9 @@ async fn annotate(
         m.metadata.name.as_deref().unwrap_or_default(),
     );
     let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
-    let patch = json!({"metadata": {
-        "resourceVersion": m.metadata.resource_version,
-        "annotations": annotations,
-    }});
+    // Not on the resourceVersion read: the operator's status writes move it on every few
+    // seconds during a rollout, and the annotations alone are written.
+    let patch = json!({"metadata": { "annotations": annotations }});
     let params = PatchParams {
         field_manager: Some("mutantops-api".into()),
         ..PatchParams::default()
