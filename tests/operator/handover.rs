@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use mutantops::crd::VariantStatus;
 
-use super::replicas::{kubeconfig_through, lagging_proxy};
+use super::replicas::lagging_kubeconfig;
 use super::*;
 
 #[tokio::test]
@@ -21,13 +21,7 @@ use super::*;
 async fn a_handover_on_a_deployment_that_moved_on_is_retried_not_invalid() {
     let ns = TestNamespace::new("handover").await;
     common::install_crds(&ns.client).await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("handover-{}", common::random_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let upstream = kubeconfig_through(0, &kubeconfig);
-    let proxy = lagging_proxy(upstream).await;
-    kubeconfig_through(proxy, &kubeconfig);
+    let (_dir, kubeconfig) = lagging_kubeconfig("handover").await;
     let path = kubeconfig.display().to_string();
     let operator = Operator::start_with(&ns.name, &[("KUBECONFIG", path.as_str())]);
     let f = Fixture { operator, ns };

@@ -81,6 +81,20 @@ pub(super) fn kubeconfig_through(port: u16, path: &std::path::Path) -> String {
     upstream
 }
 
+/// A kubeconfig, in a new directory `<prefix>-<random>` under the target's tmp dir, that
+/// reaches the test cluster through a [`lagging_proxy`]: (the directory, the file).
+pub(super) async fn lagging_kubeconfig(prefix: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{prefix}-{}", common::random_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    // The proxy's port is not known before the upstream is read: read it first.
+    let upstream = kubeconfig_through(0, &kubeconfig);
+    let proxy = lagging_proxy(upstream).await;
+    kubeconfig_through(proxy, &kubeconfig);
+    (dir, kubeconfig)
+}
+
 /// Replica A reaches the API server directly, replica B through the lagging proxy; both serve
 /// the API of one namespace with the admin token `ADMIN`.
 pub(super) struct Replicas {
@@ -94,14 +108,7 @@ impl Replicas {
     pub(super) async fn start(prefix: &str) -> Replicas {
         let ns = TestNamespace::new(prefix).await;
         common::install_crds(&ns.client).await;
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("replicas-{}", common::random_suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let kubeconfig = dir.join("kubeconfig");
-        // The proxy's port is not known before the upstream is read: read it first.
-        let upstream = kubeconfig_through(0, &kubeconfig);
-        let proxy = lagging_proxy(upstream).await;
-        kubeconfig_through(proxy, &kubeconfig);
+        let (dir, kubeconfig) = lagging_kubeconfig("replicas").await;
 
         let env = |name: &'static str| {
             vec![
