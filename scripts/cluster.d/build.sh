@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Building the control plane of scripts/cluster: each binary with `go build` from the Go module
 # proxy at the pinned versions, cached outside the work tree. Sourced by scripts/cluster, which
-# provides log, die and the paths.
+# provides the paths (and scripts/lib.sh's log and die).
 
 # --- building ---------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 # shellcheck disable=SC2034 # CURRENT, FAIL_REASON, NODE_LEFTOVERS, NODE_COMPONENTS: scripts/cluster's
 # The real node of scripts/cluster (`scripts/cluster up --real-node`): containerd, kubelet and
 # kube-proxy on this machine, beside the fake kwok node, so that images really run. Sourced by
-# scripts/cluster, which provides log, die, launch, stop, pid_of, wait_for, kc and the paths.
+# scripts/cluster, which provides launch, stop, pid_of, wait_for and the paths (and
+# scripts/lib.sh's log, die and kc).
 #
 # What it changes on the machine, and how `down` puts it back:
 #   - processes: containerd (and its shims), kubelet, kube-proxy, the pods' processes. `down`

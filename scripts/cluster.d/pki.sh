@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The certificates, tokens and kubeconfig of scripts/cluster, made anew at each `up`. Sourced
-# by scripts/cluster, which provides log and the paths.
+# by scripts/cluster, which provides the paths (and scripts/lib.sh's log).
 
 # --- certificates, token, kubeconfig --------------------------------------------------------------
 
@@ -109,5 +109,3 @@ KC
   )
   mv "$tmp" "$KUBECONFIG_FILE"
 }
-
-kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }

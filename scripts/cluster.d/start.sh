@@ -2,7 +2,8 @@
 # shellcheck disable=SC2034 # CURRENT, FAIL_REASON: read by scripts/cluster's up_abort
 # Starting the control plane of scripts/cluster: each component launched in its own session and
 # waited for; the API server's flags in one place (`up` and `restart-apiserver`). Sourced by
-# scripts/cluster, which provides log, pid_of, the paths and the ports.
+# scripts/cluster, which provides pid_of, the paths and the ports (and scripts/lib.sh's log
+# and kc).
 
 # --- starting ------------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # work, NS, STANDIN: set by scripts/real-node
-# The rollout step of scripts/real-node (issue 37), sourced by it, which provides step, ok,
-# fail, kc and wait_until.
+# The rollout step of scripts/real-node (issue 37), sourced by it, which provides ok (and
+# scripts/lib.sh's step, fail, kc and wait_until).
 
 # --- A base change in steps, on real pods (issue 37) ---------------------------------------
 # MutantDeployment rollout-snap, three variants of the stand-in (lily, radxa, epaper) with

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # work, NS, OPNS, BSNAP, DEVICE_BSNAP, ...: set by scripts/real-node
-# The sleep step of scripts/real-node (issue 36 item 9), sourced by it, which provides step,
-# log, ok, fail, kc, wait_until and the variables it uses.
+# The sleep step of scripts/real-node (issue 36 item 9), sourced by it, which provides ok and
+# the variables it uses (and scripts/lib.sh's step, log, fail, kc and wait_until).
 
 # --- Variants that sleep (issue 36 item 9) -------------------------------------------------
 # browser-snap with spec.devices.sleep: its two variants go to zero replicas and a device's
