@@ -1,6 +1,6 @@
 //! deploy/: the single-file bundle k3s can auto-deploy is exactly the generated CRDs plus
 //! operator.yml (R28), and the kustomization names every file; the policy on the operator's
-//! Service writes names its ServiceAccount, and README's "Security model" lists every right
+//! Service writes names its ServiceAccount, and docs/security.md lists every right
 //! that account holds (issue 35, item 10).
 #![allow(
     clippy::unwrap_used,
@@ -160,11 +160,11 @@ fn the_kustomization_names_every_manifest() {
     assert_eq!(resources, expected);
 }
 
-/// Issue 35, item 10: README's "Security model" lists every rule deploy/ grants the operator's
+/// Issue 35, item 10: docs/security.md lists every rule deploy/ grants the operator's
 /// ServiceAccount (ClusterRole mutantops, Role mutantops-leader-election), resources and
 /// verbs, and nothing it does not grant.
 #[test]
-fn the_readme_lists_every_right_of_the_service_account() {
+fn the_security_model_lists_every_right_of_the_service_account() {
     use std::collections::BTreeSet;
     type Rule = (BTreeSet<String>, BTreeSet<String>);
     let words = |v: &serde_yaml::Value| -> BTreeSet<String> {
@@ -186,9 +186,9 @@ fn the_readme_lists_every_right_of_the_service_account() {
         .collect();
     assert_eq!(granted.len(), 9, "{granted:?}");
 
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = &readme[readme.find("**The operator's ServiceAccount**").unwrap()..];
+    let security =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md")).unwrap();
+    let section = &security[security.find("## The operator's ServiceAccount").unwrap()..];
     let mut listed: Vec<Rule> = Vec::new();
     let rows = section
         .lines()
@@ -218,7 +218,7 @@ fn the_readme_lists_every_right_of_the_service_account() {
     listed.sort();
     assert_eq!(
         listed, granted,
-        "README's \"The operator's ServiceAccount\" table and deploy/operator.yml's rules differ"
+        "docs/security.md's \"The operator's ServiceAccount\" table and deploy/operator.yml's rules differ"
     );
 }
 

@@ -1,4 +1,4 @@
-//! The README's curl walk-through, run as written, and PATCH keeping the running pods.
+//! docs/api.md's curl walk-through, run as written, and PATCH keeping the running pods.
 
 use std::collections::BTreeSet;
 
@@ -8,12 +8,12 @@ use serde_json::json;
 
 use super::*;
 
-/// R19–R23: the README's walk-through (create web with the admin token; add beta with web's
+/// R19–R23: docs/api.md's walk-through (create web with the admin token; add beta with web's
 /// own token; PATCH to 4; DELETE; list) works as written, with real curl, jq and kubectl.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
-async fn the_readme_walkthrough_works_as_written() {
-    let f = Fixture::with_api("api-readme").await;
+async fn the_api_walkthrough_works_as_written() {
+    let f = Fixture::with_api("api-walk").await;
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
     let kubectl_dir = std::path::Path::new(&kubectl)
         .parent()
@@ -28,7 +28,7 @@ async fn the_readme_walkthrough_works_as_written() {
             "-euo",
             "pipefail",
             "-c",
-            &markdown_block("README.md", "<!-- api-walkthrough -->", "sh"),
+            &markdown_block("docs/api.md", "<!-- api-walkthrough -->", "sh"),
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("API", format!("http://127.0.0.1:{}", f.operator.api_port))

@@ -1,6 +1,6 @@
 //! R37: placement (`nodeSelector`, `tolerations`) and image and resources per container, per
-//! variant. They land in the Deployments of both kinds (the README's browser-snap example among
-//! them), the admin token sets them through the API, and a device token sets only what its
+//! variant. They land in the Deployments of both kinds (docs/behaviour.md's browser-snap example
+//! among them), the admin token sets them through the API, and a device token sets only what its
 //! Mutation's `spec.deviceAccess` allows: node labels and taints by key, never a container's
 //! image or resources (R32's 403 naming what was refused).
 
@@ -22,7 +22,7 @@ fn container(d: &Deployment, name: &str) -> (String, Value) {
     (c.image.clone().unwrap_or_default(), resources)
 }
 
-/// A base like the README's browser-snap: container `snap` with resources, and a toleration.
+/// A base like docs/behaviour.md's browser-snap: container `snap` with resources, and a toleration.
 fn snap_base(name: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",
@@ -48,7 +48,7 @@ fn snap_base(name: &str) -> Value {
     })
 }
 
-/// R37, R4: the README's browser-snap example as written (a Mutation from kubectl) and the same
+/// R37, R4: docs/behaviour.md's browser-snap example as written (a Mutation from kubectl) and the same
 /// variants in a MutantDeployment: radxa-8-hd's node labels and toleration, lilygo47's smaller
 /// image and resources land in their Deployments, merged over the base's; a quantity written
 /// as a YAML number is taken; a container name the base does not have makes that variant
@@ -58,7 +58,7 @@ fn snap_base(name: &str) -> Value {
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn placement_and_images_land_in_the_deployments_of_both_kinds() {
     let f = Fixture::new("ctl-placement").await;
-    let block = markdown_block("README.md", "<!-- placement-example -->", "yaml");
+    let block = markdown_block("docs/behaviour.md", "<!-- placement-example -->", "yaml");
     let example: Value = serde_yaml::from_str(&block).unwrap();
     assert_eq!(example["metadata"]["name"], "browser-snap");
     f.apply::<Mutation>(&example).await;

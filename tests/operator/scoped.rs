@@ -1,5 +1,5 @@
-//! R33, R28: the README's namespace-scoped install. The operator runs with a token of a
-//! ServiceAccount that holds only the Role of README "Namespace-scoped install" and the leader
+//! R33, R28: docs/security.md's namespace-scoped install. The operator runs with a token of a
+//! ServiceAccount that holds only the Role of its "Namespace-scoped install" and the leader
 //! Lease's Role of deploy/operator.yml, both in the one namespace it serves: it reconciles,
 //! reads that namespace's Pod Security label through the Role (Kubernetes authorises a GET of
 //! a namespace by a RoleBinding in it), and refuses a base that breaks baseline as not opted
@@ -57,10 +57,10 @@ async fn a_namespace_scoped_install_reads_its_own_namespace_label() {
     common::install_crds(&ns.client).await;
     let name = ns.name.clone();
 
-    // The README's Role and binding, and deploy/'s leader Lease Role, in this namespace.
-    let readme = markdown_block("README.md", "<!-- namespace-scoped-role -->", "yaml")
+    // docs/security.md's Role and binding, and deploy/'s leader Lease Role, in this namespace.
+    let role = markdown_block("docs/security.md", "<!-- namespace-scoped-role -->", "yaml")
         .replace("displays", &name);
-    let mut manifests = readme.clone();
+    let mut manifests = role.clone();
     for mut object in deploy_objects("mutantops-leader-election") {
         object["metadata"]["namespace"] = json!(name);
         if let Some(subjects) = object["subjects"].as_array_mut() {
