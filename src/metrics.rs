@@ -1,7 +1,7 @@
 //! Prometheus metrics (R25), served as OpenMetrics text on the metrics listener.
 //!
-//! The families are those of the readme's "Metrics" table, with the same names, types and
-//! labels:
+//! The families are those of the tables in docs/operations.md, with the same names, types
+//! and labels:
 //!
 //! | family | type | labels |
 //! |---|---|---|

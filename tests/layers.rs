@@ -1,5 +1,5 @@
 //! The modules of `src/` form layers, and every import points down: a module uses only
-//! modules of a lower layer (the README's "Layout" lists them, lowest first). This test reads
+//! modules of a lower layer (CONTRIBUTING.md's "Layout" lists them, lowest first). This test reads
 //! every source file and fails on an import that points up or sideways, so a cycle cannot
 //! come back unnoticed.
 

@@ -81,7 +81,7 @@ impl Caller {
     }
 }
 
-/// Why a caller may not call a route: 401 (the readme's answer for a Mutation's token on an
+/// Why a caller may not call a route: 401 (docs/api.md's answer for a Mutation's token on an
 /// admin route) or 403 naming what was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
@@ -332,7 +332,7 @@ mod tests {
             Some("board-8"),
             true
         )));
-        // a Mutation's token without spec.devices: the readme's rights
+        // a Mutation's token without spec.devices: the rights docs/api.md gives it
         assert_eq!(
             allowed(&token, Action::AddVariant, None, None, false),
             Ok(())

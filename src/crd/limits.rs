@@ -68,8 +68,8 @@ pub struct DeviceAccess {
     /// The only env names the token may set: `NAME` for every container, or
     /// `<container>/NAME` for that container only (the device's value then reaches no other).
     /// Absent: any name, except the variables that change how a process loads or starts
-    /// (LD_*, BASH_ENV, NODE_OPTIONS, PYTHON*, PATH, proxies, ...: see the README's "Security
-    /// model"), and with spec.devices none at all; such a name listed here is allowed. Never a
+    /// (LD_*, BASH_ENV, NODE_OPTIONS, PYTHON*, PATH, proxies, ...: see docs/security.md), and
+    /// with spec.devices none at all; such a name listed here is allowed. Never a
     /// name that the base sets with valueFrom. Names are compared without case and with '-'
     /// and '.' as '_'.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -33,7 +33,7 @@ pub(super) async fn set_device_access(f: &Fixture, name: &str, access: Value) {
 
 /// R32, item 1: values are literal, valueFrom entries and start-up variables are refused to the
 /// token (403 naming the variable) and not to the admin, the owner's list narrows and allows,
-/// and the README's walk-through (FEATURE_X) still works.
+/// and docs/api.md's walk-through (FEATURE_X) still works.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_device_token_sets_literal_values_and_only_what_its_owner_allows() {

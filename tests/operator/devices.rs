@@ -406,8 +406,8 @@ async fn each_device_token_reaches_only_its_own_record_and_variant() {
 }
 
 /// R39: enrollment is Closed by default (the admin still enrolls), closes at `openUntil` and
-/// at `maxDevices`; a Mutation without `spec.devices` keeps the readme's token and has no
-/// devices.
+/// at `maxDevices`; a Mutation without `spec.devices` keeps its token's rights (docs/api.md) and
+/// has no devices.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn enrollment_closes_by_default_at_open_until_and_at_max_devices() {

@@ -1,4 +1,4 @@
-//! The readme's two examples, applied as written (deploy/examples/).
+//! The two examples of deploy/examples/ (nginx-mutant, browser-snap), applied as written.
 
 use kube::api::DeleteParams;
 use serde_json::json;

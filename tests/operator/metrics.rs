@@ -1,4 +1,4 @@
-//! R25, R26: the metrics listener: every family of the readme table with its labels and
+//! R25, R26: the metrics listener: every family of docs/operations.md's tables with its labels and
 //! sensible values, gauges equal to what is in the cluster, the exposition format accepted by
 //! promtool, and the probes.
 

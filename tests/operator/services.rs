@@ -72,7 +72,7 @@ async fn wait_service_gone(f: &Fixture, name: &str) {
     .await;
 }
 
-/// R36: the browser-snap example of the README: each display kind's variant gets Service
+/// R36: the browser-snap example of docs/behaviour.md: each display kind's variant gets Service
 /// `browser-snap-<label>`, whose endpoints are exactly that variant's pods; status, the API's
 /// variant answer (with the Mutation's own token) and `kubectl get -o wide` say how to reach
 /// it; removing a variant removes its Service, removing `service` removes them all.

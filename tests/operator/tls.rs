@@ -75,7 +75,7 @@ async fn the_api_speaks_https_only_to_clients_that_trust_its_ca() {
     let base_path = format!("/api/v1/namespaces/{}", f.ns.name);
     let url = format!("https://127.0.0.1:{port}{base_path}/mutations");
 
-    // curl --cacert, as the README has it.
+    // curl --cacert, as docs/devices.md has it.
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, ca.pem()).unwrap();
     assert_eq!(curl(&ca_file, &url, ADMIN), (Some(0), "200".to_string()));
@@ -228,7 +228,7 @@ async fn the_api_speaks_https_only_to_clients_that_trust_its_ca() {
         );
     }
 
-    // Rotating a device's token, as the README says: delete the Secret; a new one with a new
+    // Rotating a device's token, as docs/devices.md says: delete the Secret; a new one with a new
     // token is made, and the old token is refused from then on.
     let old = own.clone().unwrap_or_default();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = f.ns.api();

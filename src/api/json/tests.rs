@@ -17,7 +17,7 @@ fn mutation() -> Mutation {
 }
 
 #[test]
-fn a_variant_renders_as_the_readme_shows() {
+fn a_variant_renders_as_docs_api_shows() {
     // R23
     let mut m = mutation();
     assert_eq!(
