@@ -1,22 +1,23 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2154 # self, repo, OCI: set by scripts/image
+# shellcheck disable=SC2154 # self, repo, CHECK: set by scripts/image
 # `scripts/image selftest`: the checks of the image that need no cluster. Sourced by
-# scripts/image, which provides step, log, die, OCI and the commands it tests.
+# scripts/image, which provides CHECK and the commands it tests (step, log, die and
+# apt_install come from scripts/lib.sh).
 
 # --- selftest ---------------------------------------------------------------------------------
 
 passed=0
 failed=0
-ok() { passed=$((passed + 1)); printf '  ok    %s\n' "$*"; }
-fail() { failed=$((failed + 1)); printf '  FAIL  %s\n' "$*"; }
+selftest_ok() { passed=$((passed + 1)); printf '  ok    %s\n' "$*"; }
+selftest_fail() { failed=$((failed + 1)); printf '  FAIL  %s\n' "$*"; }
 
 cmd_selftest() {
     (($# == 0)) || die "selftest takes no arguments"
     [[ $(id -u) == 0 ]] || die "selftest runs a private containerd and chroot: run it as root"
     if ! command -v ctr >/dev/null 2>&1 || ! command -v containerd >/dev/null 2>&1; then
-        apt_install containerd
+        apt_install containerd || die "containerd is missing: install Debian's containerd"
     fi
-    [[ -x $BUSYBOX ]] || apt_install busybox-static
+    [[ -x $BUSYBOX ]] || apt_install busybox-static || die "$BUSYBOX is missing: install Debian's busybox-static"
     local started=$SECONDS
     tmp=$(mktemp -d /tmp/mutantops-image.XXXXXX)
     ctrd_pid=""
@@ -61,14 +62,14 @@ cmd_selftest() {
     local files
     files=$(cd "$tmp/a" && find . -type f | sort)
     if diff -r "$tmp/a" "$tmp/b" >"$tmp/diff.txt" 2>&1 && [[ $files == "$(cd "$tmp/b" && find . -type f | sort)" ]]; then
-        ok "rebuilds are identical: $(wc -l <<<"$files") files, index $(grep '^index' "$tmp/a.log" | awk '{print $2}')"
+        selftest_ok "rebuilds are identical: $(wc -l <<<"$files") files, index $(grep '^index' "$tmp/a.log" | awk '{print $2}')"
     else
-        fail "rebuilds differ: $(head -c 600 "$tmp/diff.txt")"
+        selftest_fail "rebuilds differ: $(head -c 600 "$tmp/diff.txt")"
     fi
     if grep -q '^index' "$tmp/b.log" && [[ $(grep '^index' "$tmp/a.log") == "$(grep '^index' "$tmp/b.log")" ]]; then
-        ok "both builds print the same index digest"
+        selftest_ok "both builds print the same index digest"
     else
-        fail "the builds print different index digests"
+        selftest_fail "the builds print different index digests"
     fi
 
     step "(b) binaries that must be refused (at $((SECONDS - started)) s)"
@@ -76,7 +77,7 @@ cmd_selftest() {
     refused "busybox (x86-64) as linux/arm/v7" linux/arm/v7 --binary "linux/arm/v7=$BUSYBOX"
     local dynamic
     dynamic=$(command -v ls)
-    if "${OCI[@]}" elf amd64 "$dynamic" >/dev/null 2>&1; then
+    if "${CHECK[@]}" elf amd64 "$dynamic" >/dev/null 2>&1; then
         log "$dynamic is static: no dynamic binary to refuse"
     else
         refused "a dynamic binary ($dynamic) as linux/amd64" "dynamically linked" --binary "linux/amd64=$dynamic"
@@ -90,15 +91,12 @@ cmd_selftest() {
     step "(c) the archives imported into a private containerd (at $((SECONDS - started)) s)"
     selftest_containerd
 
-    step "(d) the Containerfile against the image config and layer (at $((SECONDS - started)) s)"
-    local -a rootfs_args=()
-    for s in "${specs[@]}"; do rootfs_args+=(--binary "$s"); done
-    if "$self" rootfs "${rootfs_args[@]}" --out "$tmp/rootfs" >"$tmp/rootfs.log" 2>&1 \
-        && "${OCI[@]}" containerfile Containerfile "$tmp/a" --rootfs "$tmp/rootfs" >"$tmp/cf.log" 2>&1; then
-        ok "Containerfile:$(sed 's/^ *//' "$tmp/cf.log")"
+    step "(d) the image's config and tree, as the Containerfile says (at $((SECONDS - started)) s)"
+    if "${CHECK[@]}" check "$tmp/a" --revision "$(revision)" --crds "$repo/deploy/crds" --no-run >"$tmp/check.log" 2>&1; then
+        selftest_ok "scripts/image check --no-run: $(tail -n 1 "$tmp/check.log")"
     else
-        fail "Containerfile and image differ:"
-        cat "$tmp/rootfs.log" "$tmp/cf.log"
+        selftest_fail "scripts/image check --no-run:"
+        cat "$tmp/check.log"
     fi
 
     step "(e) pause and standin run (at $((SECONDS - started)) s)"
@@ -114,13 +112,13 @@ refused() { # refused WHAT MUST_SAY BUILD_ARGS...: the build must fail, saying M
     shift 2
     rm -rf "$tmp/wrong"
     if "$self" "$@" --out "$tmp/wrong" >"$tmp/wrong.log" 2>&1; then
-        fail "$what was accepted"
+        selftest_fail "$what was accepted"
     elif ! grep -q -- "$say" "$tmp/wrong.log"; then
-        fail "$what was refused without naming '$say': $(tail -n 2 "$tmp/wrong.log")"
+        selftest_fail "$what was refused without naming '$say': $(tail -n 2 "$tmp/wrong.log")"
     elif [[ -e $tmp/wrong/oci || -n $(find "$tmp/wrong" -name '*.tar' 2>/dev/null) ]]; then
-        fail "$what was refused but left an image behind"
+        selftest_fail "$what was refused but left an image behind"
     else
-        ok "$what refused: $(grep error: "$tmp/wrong.log" | sed 's/.*error: //')"
+        selftest_ok "$what refused: $(grep -m1 error: "$tmp/wrong.log" | sed 's/.*error: //')"
     fi
 }
 
@@ -180,14 +178,14 @@ EOF
         sleep 0.1
     done
     if ! ctr -a "$d/sock" version >/dev/null 2>&1; then
-        fail "containerd did not start: $(tail -n 5 "$d/containerd.log")"
+        selftest_fail "containerd did not start: $(tail -n 5 "$d/containerd.log")"
         return
     fi
     echo "  containerd $(containerd --version | awk '{print $3}') on $d/sock (pid $ctrd_pid)"
 
     local host version
-    host=$(arch_of_target "$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/; s/armv7l/armv7/')") || host=""
-    version=$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)
+    host=$(host_arch) || host=""
+    version=$(cargo_version)
     local name=ghcr.io/neiam/mutantops:$version
     # import FILE NAMESPACE ARCH NAME: import, then the name must be listed with the archive's
     # manifest digest, and `ctr images check` must call it complete.
@@ -199,22 +197,22 @@ EOF
         # board of that architecture, minus the unpack).
         [[ $arch == "$host" ]] || opts+=(--no-unpack --platform "$(platform_of "$arch")")
         if ! "${ctr[@]}" images import "${opts[@]}" "$file" >"$d/import.log" 2>&1; then
-            fail "ctr -n $ns images import $(basename "$file"): $(tail -n 3 "$d/import.log")"
+            selftest_fail "ctr -n $ns images import $(basename "$file"): $(tail -n 3 "$d/import.log")"
             return
         fi
-        digest=$("${OCI[@]}" archive-digest "$file")
+        digest=$(tar -xOf "$file" index.json | jq -r '.manifests[0].digest')
         listed=$("${ctr[@]}" images ls | awk -v n="$want" '$1 == n { print $3 }')
         if [[ $listed != "$digest" ]]; then
-            fail "$(basename "$file"): $want is listed with '$listed', want $digest"
+            selftest_fail "$(basename "$file"): $want is listed with '$listed', want $digest"
             return
         fi
         local status
         status=$("${ctr[@]}" images check --snapshotter native | awk -v n="$want" '$1 == n { print $4, $5 }')
         if [[ $status != complete* ]]; then
-            fail "$(basename "$file"): ctr images check says '$status'"
+            selftest_fail "$(basename "$file"): ctr images check says '$status'"
             return
         fi
-        ok "$(basename "$file") -> -n $ns $want $digest, $status$([[ $arch == "$host" ]] && echo ", unpacked")"
+        selftest_ok "$(basename "$file") -> -n $ns $want $digest, $status$([[ $arch == "$host" ]] && echo ", unpacked")"
     }
     local f arch
     for f in "$tmp"/a/mutantops-*-linux-*.tar; do
@@ -226,23 +224,23 @@ EOF
             import "$f" "selftest-$arch" "$arch" "$name"
         fi
     done
-    import "$tmp/a/pause.tar" k8s.io "$host" registry.k8s.io/pause:3.10
-    import "$tmp/a/standin.tar" k8s.io "$host" localhost/mutantops-standin:1
+    import "$tmp/a/pause.tar" k8s.io "$host" "$PAUSE_NAME"
+    import "$tmp/a/standin.tar" k8s.io "$host" "$STANDIN_NAME"
 
     local names want
     names=$(ctr -a "$d/sock" -n k8s.io images ls -q | sort)
-    want=$(printf '%s\n' "$name" localhost/mutantops-standin:1 registry.k8s.io/pause:3.10 | sort)
+    want=$(printf '%s\n' "$name" "$STANDIN_NAME" "$PAUSE_NAME" | sort)
     if [[ $names == "$want" ]]; then
-        ok "ctr -n k8s.io images ls: exactly $(tr '\n' ' ' <<<"$names")"
+        selftest_ok "ctr -n k8s.io images ls: exactly $(tr '\n' ' ' <<<"$names")"
     else
-        fail "ctr -n k8s.io images ls: $(tr '\n' ' ' <<<"$names"), want $(tr '\n' ' ' <<<"$want")"
+        selftest_fail "ctr -n k8s.io images ls: $(tr '\n' ' ' <<<"$names"), want $(tr '\n' ' ' <<<"$want")"
     fi
 
     kill -TERM "$ctrd_pid"
     for ((i = 0; i < 100; i++)); do kill -0 "$ctrd_pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$ctrd_pid" 2>/dev/null; then
         kill -KILL "$ctrd_pid" 2>/dev/null || true
-        fail "containerd did not stop on SIGTERM"
+        selftest_fail "containerd did not stop on SIGTERM"
     fi
     wait "$ctrd_pid" 2>/dev/null || true
     ctrd_pid=""
@@ -254,12 +252,12 @@ selftest_run_helpers() {
     local root=$tmp/run out
     # pause: prints its version, stops on SIGTERM.
     mkdir -p "$root/pause"
-    "${OCI[@]}" unpack "$tmp/a/pause.tar" "$root/pause" >/dev/null
+    "${CHECK[@]}" unpack "$tmp/a/pause.tar" "$root/pause" >/dev/null
     out=$("$root/pause/pause" -v 2>&1) || true
     if [[ $out == "pause.c $PAUSE_VERSION" ]]; then
-        ok "pause -v: $out"
+        selftest_ok "pause -v: $out"
     else
-        fail "pause -v printed '$out'"
+        selftest_fail "pause -v printed '$out'"
     fi
     "$root/pause/pause" 2>/dev/null &
     helper_pid=$!
@@ -268,16 +266,16 @@ selftest_run_helpers() {
     local status=0
     wait "$helper_pid" || status=$?
     helper_pid=""
-    if [[ $status == 0 ]]; then ok "pause exits 0 on SIGTERM"; else fail "pause exited $status on SIGTERM"; fi
+    if [[ $status == 0 ]]; then selftest_ok "pause exits 0 on SIGTERM"; else selftest_fail "pause exited $status on SIGTERM"; fi
 
     # standin: its own entrypoint, chrooted into the unpacked layer, as root and as uid 4321.
     mkdir -p "$root/standin"
     local -a entrypoint
-    mapfile -t entrypoint < <("${OCI[@]}" unpack "$tmp/a/standin.tar" "$root/standin")
+    mapfile -t entrypoint < <("${CHECK[@]}" unpack "$tmp/a/standin.tar" "$root/standin")
     local user port body chroot
     chroot=$(command -v chroot) || die "chroot (coreutils) is missing"
     for user in 0:0 4321:4321; do
-        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        port=$(pick_port)
         env -i PATH=/bin PORT="$port" MUTANT_SELFTEST=variant-a \
             "$chroot" --userspec="$user" "$root/standin" "${entrypoint[@]}" 2>"$tmp/standin.log" &
         helper_pid=$!
@@ -296,9 +294,9 @@ print(r.headers.get("Content-Type")); print(r.read().decode(), end="")' "http://
         envs=$(sed 1d <<<"$body")
         if [[ $(head -n1 <<<"$body") == text/plain* ]] && grep -qx MUTANT_SELFTEST=variant-a <<<"$envs" \
             && grep -qx "PORT=$port" <<<"$envs" && [[ $envs == "$(LC_ALL=C sort <<<"$envs")" ]]; then
-            ok "standin as $user on :$port: GET / answers its environment, sorted ($(wc -l <<<"$envs") variables)"
+            selftest_ok "standin as $user on :$port: GET / answers its environment, sorted ($(wc -l <<<"$envs") variables)"
         else
-            fail "standin as $user: GET / answered '$(head -c 300 <<<"$body")' $(tail -n 3 "$tmp/standin.log")"
+            selftest_fail "standin as $user: GET / answered '$(head -c 300 <<<"$body")' $(tail -n 3 "$tmp/standin.log")"
         fi
     done
 }
