@@ -102,7 +102,16 @@ pub async fn dry_run_of<K: Resource<DynamicType = ()>>(
 /// acceptance (a name already taken included: validation comes first), for a policy's refusal
 /// (not the object's fault), and when the server cannot say.
 pub async fn refusal(client: &Client, namespace: &str, object: &Value) -> Option<String> {
-    match dry_run(client, namespace, object).await {
+    refusal_of::<DeploymentWire>(client, namespace, object).await
+}
+
+/// [`refusal`] of an object of type `K` (a variant's Service).
+pub async fn refusal_of<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    namespace: &str,
+    object: &Value,
+) -> Option<String> {
+    match dry_run_of::<K>(client, namespace, object).await {
         DryRun::Refused {
             refusal: Refusal::Malformed,
             message,

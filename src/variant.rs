@@ -74,7 +74,7 @@ mod tests;
 pub use baseline::{
     ALLOWED_CAPABILITIES, Finding, ServiceAccountRef, baseline_findings, own_account_finding,
 };
-pub use build::{Foreign, Planned, build, foreign, needs_apply, plan, resolve};
+pub use build::{Planned, build, needs_apply, plan, resolve};
 pub use meta::{ControllerRef, HasMeta, Meta, MetaView, OwnerRef};
 pub use names::{
     MAX_OWNER_NAME, TOKEN_KEY, deployment_name, secret_name, unservable_name, validate_env_name,
@@ -85,8 +85,9 @@ pub use own_secrets::{
     API_TLS_SECRET, API_TOKEN_SECRET, OwnSecrets, own_secret_findings, secret_references,
 };
 pub use owner::{
-    FIELD_MANAGER, HASH_ANNOTATION, KIND_LABEL, MAX_DEPLOYMENT_NAME, OWNER_LABEL, Owner,
-    READY_CONDITION, VARIANT_LABEL, controller_uid, is_controlled_by, may_prune,
+    FIELD_MANAGER, Foreign, HASH_ANNOTATION, KIND_LABEL, MAX_DEPLOYMENT_NAME, OWNER_LABEL, Owner,
+    READY_CONDITION, VARIANT_LABEL, controller_uid, foreign, is_controlled_by, left_alone,
+    may_prune,
 };
 pub use pod_security::{
     BASE_NOT_ALLOWED, ENFORCE_LABEL, NamespaceLabel, PRIVILEGED, PodSecurity, Review, hold_back,

@@ -25,13 +25,11 @@ use kube::{Api, runtime::controller::Action};
 
 use super::{
     context::{Context, REFUSED_RETRY, RESYNC_AFTER},
-    devices,
-    events::EventType,
-    rollout,
+    devices, rollout,
     secret::{self, SecretState},
     services, sleep,
-    tell::{Created, announce_created, announce_problems, deployment_ref, publish},
-    write::{self, WriteError},
+    tell::{Created, announce_created, announce_problems},
+    write,
 };
 use crate::{
     Result,
@@ -39,7 +37,7 @@ use crate::{
     submit,
     variant::{
         self, Base, DeploymentWire, Findings, MetaView, ObservedDeployment, Owner, Planned,
-        converge::{self, Done, Next, Outcome},
+        converge::{self, DeploymentSubject, Done, Subject},
         devices::Policy,
     },
 };
@@ -289,7 +287,7 @@ async fn converge<K: OwnerResource>(
     }
 
     let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
-    prune(ctx, owner, obj, &api, stale).await?;
+    write::prune(ctx, obj, &api, stale, &PRUNED).await?;
     Ok(Converged::Applied(statuses, created, denied))
 }
 
@@ -306,74 +304,118 @@ enum Written {
     BaseRejected(String),
 }
 
-/// Carries out step 4's step machine ([`converge::next`]) for one variant: each request it
-/// asks for, and what that came to, fed back; the decisions are all in `variant::converge`.
+/// The requests of step 4's step machine for one variant's Deployment ([`write::drive`]).
+pub(super) struct DeploymentWrites<'a> {
+    pub(super) api: &'a Api<DeploymentWire>,
+    pub(super) owner: &'a Owner,
+    pub(super) base: &'a Base,
+    pub(super) planned: &'a Planned,
+}
+
+impl DeploymentWrites<'_> {
+    /// The Deployment to write: only a variant that can be applied is ever written.
+    fn object(&self) -> Result<&serde_json::Value, kube::Error> {
+        match self.planned {
+            Planned::Apply { object, .. } => Ok(object),
+            _ => Err(kube::Error::Service(
+                format!("variant {:?} cannot be applied", self.planned.label()).into(),
+            )),
+        }
+    }
+}
+
+impl write::Writes for DeploymentWrites<'_> {
+    type Observed = ObservedDeployment;
+
+    fn subject<'a>(&'a self, current: Option<&'a ObservedDeployment>) -> impl Subject + 'a {
+        DeploymentSubject {
+            planned: self.planned,
+            current,
+            owner: self.owner,
+        }
+    }
+
+    fn meta(current: &ObservedDeployment) -> &dyn MetaView {
+        &current.metadata
+    }
+
+    fn handover_patch(current: &ObservedDeployment) -> Option<serde_json::Value> {
+        let version = current.metadata.resource_version().unwrap_or_default();
+        Some(current.created_entry?.handover_patch(version))
+    }
+
+    async fn create(&self, client: &kube::Client) -> Result<ObservedDeployment, kube::Error> {
+        submit::post(client, &self.owner.namespace, self.object()?, false).await
+    }
+
+    async fn get(&self, _: &kube::Client) -> Result<Option<ObservedDeployment>, kube::Error> {
+        let found = self.api.get_opt(self.planned.name()).await?;
+        Ok(found.map(DeploymentWire::into_observed))
+    }
+
+    async fn apply(&self, _: &kube::Client) -> Result<ObservedDeployment, kube::Error> {
+        let applied = write::apply(self.api, self.planned.name(), self.object()?).await?;
+        Ok(DeploymentWire::into_observed(applied))
+    }
+
+    async fn hand_over(
+        &self,
+        client: &kube::Client,
+        meta: &dyn MetaView,
+        patch: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        write::hand_over::<DeploymentWire>(client, meta, patch).await
+    }
+
+    async fn dry_run(&self, client: &kube::Client) -> Option<String> {
+        submit::refusal(client, &self.owner.namespace, self.object().ok()?).await
+    }
+
+    async fn probe_base(&self, client: &kube::Client) -> Option<String> {
+        let bare = variant::build(
+            self.base,
+            self.owner,
+            &converge::bare_variant(self.planned.label()),
+        );
+        submit::refusal(client, &self.owner.namespace, &bare).await
+    }
+}
+
+/// Step 4 for one variant: its Deployment through the step machine ([`write::drive`]), and
+/// what that came to for its status.
 async fn write_variant(
     ctx: &Context,
     api: &Api<DeploymentWire>,
     owner: &Owner,
     base: &Base,
-    mut planned: Planned,
-    mut current: Option<Arc<ObservedDeployment>>,
+    planned: Planned,
+    cached: Option<Arc<ObservedDeployment>>,
 ) -> Result<Written> {
-    let mut next = converge::start(&planned, current.as_deref(), owner);
-    let mut created = false;
-    let mut failure = None;
-    let done = loop {
-        let outcome = match (&next, &planned) {
-            (Next::Done(done), _) => break done.clone(),
-            (Next::Create, Planned::Apply { object, .. }) => {
-                match write::create(ctx, &owner.namespace, object).await {
-                    Ok(made) => {
-                        (current, created) = (Some(Arc::new(made)), true);
-                        Outcome::Created
-                    }
-                    Err(WriteError::Refused(status))
-                        if crate::status_is(&status, 409, Some("AlreadyExists")) =>
-                    {
-                        // Someone else's Deployment (R9), or this owner's not cached yet.
-                        Outcome::NameTaken
-                    }
-                    Err(err) => write_refused(ctx, owner, object, err, &mut failure).await,
-                }
-            }
-            (Next::LookUp, _) => {
-                current = (api.get_opt(planned.name()).await?).map(|d| Arc::new(d.into_observed()));
-                let meta = current.as_ref().map(|d| &d.metadata as &dyn MetaView);
-                planned = planned.check_existing(meta, owner);
-                Outcome::LookedUp
-            }
-            (Next::Apply, Planned::Apply { name, object, .. }) => {
-                match write::apply(ctx, api, name, object, current.as_deref()).await {
-                    Ok(written) => {
-                        current = Some(Arc::new(written));
-                        Outcome::Applied
-                    }
-                    Err(err) => write_refused(ctx, owner, object, err, &mut failure).await,
-                }
-            }
-            (Next::ProbeBase { .. }, _) => {
-                let bare = variant::build(base, owner, &converge::bare_variant(planned.label()));
-                Outcome::BaseProbed(submit::refusal(&ctx.client, &owner.namespace, &bare).await)
-            }
-            // Only a variant that can be applied is written.
-            (Next::Create | Next::Apply, _) => Outcome::Failed,
-        };
-        next = converge::next(&next, outcome, &planned, current.as_deref(), owner);
+    let writes = DeploymentWrites {
+        api,
+        owner,
+        base,
+        planned: &planned,
     };
-    Ok(match done {
+    let driven = write::drive(&ctx.client, &writes, cached).await?;
+    Ok(match driven.done {
         Done::Reported => {
-            let own = current
+            let own = driven
+                .current
                 .as_deref()
                 .filter(|d| variant::may_prune(&d.metadata, owner));
             Written::Reported {
                 status: planned.status(own),
-                created: created.then(|| Created {
+                created: driven.created.then(|| Created {
                     label: planned.label().to_string(),
                     deployment: planned.name().to_string(),
                 }),
             }
         }
+        Done::Conflict(message) => Written::Reported {
+            status: planned.into_conflict(message).status(None),
+            created: None,
+        },
         Done::Refused { message, denied } => Written::Refused {
             status: planned
                 .into_invalid(format!("rejected by the API server: {message}"))
@@ -382,53 +424,17 @@ async fn write_variant(
         },
         Done::BaseRejected(reason) => Written::BaseRejected(reason),
         Done::Failed => {
-            return Err(failure.unwrap_or_else(|| {
-                crate::Error::Internal(format!(
-                    "variant {:?}: its writes ended in failure with no error to report",
-                    planned.label()
-                ))
-            }));
+            return Err(crate::Error::Internal(
+                "the step machine ended in failure without an error".into(),
+            ));
         }
     })
 }
 
-/// What a failed write of `object` came to: the server's refusal of the object, told by
-/// [`write::rejection`], or a failure to retry (kept in `failure` for the reconcile to return).
-async fn write_refused(
-    ctx: &Context,
-    owner: &Owner,
-    object: &serde_json::Value,
-    err: WriteError,
-    failure: &mut Option<crate::Error>,
-) -> Outcome {
-    let outcome = match err {
-        WriteError::Refused(status) => write::rejection(ctx, &owner.namespace, object, status)
-            .await
-            .map(|(refusal, message)| Outcome::Refused(refusal, message)),
-        WriteError::Failed(err) => Err(err),
-    };
-    outcome.unwrap_or_else(|err| {
-        *failure = Some(err);
-        Outcome::Failed
-    })
-}
-
-/// Deletes `stale` Deployments (R6), each with a uid precondition so a Deployment re-created
-/// under the same name meanwhile is not hit.
-async fn prune<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    obj: &K,
-    api: &Api<DeploymentWire>,
-    stale: Vec<variant::Stale>,
-) -> Result<()> {
-    for stale in stale {
-        if write::delete_stale(api, &stale).await? {
-            let name = &stale.name;
-            let note = format!("deleted Deployment {name}: its variant is no longer declared");
-            let related = Some(deployment_ref(&owner.namespace, name));
-            publish(ctx, obj, EventType::Normal, "VariantPruned", note, related).await;
-        }
-    }
-    Ok(())
-}
+/// Step 4's prune of Deployments ([`write::prune`], R6): one `VariantPruned` Event each.
+const PRUNED: write::Pruned = write::Pruned {
+    api_version: "apps/v1",
+    kind: "Deployment",
+    reason: "VariantPruned",
+    why: "its variant is no longer declared",
+};

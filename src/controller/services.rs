@@ -1,7 +1,8 @@
 //! Step 4b of a reconcile: a Service per variant (R36), when the owner asks for them.
 //!
 //! After the Deployments, each variant whose Deployment is applied gets its Service
-//! ([`variant::build_service`]), written as the Deployments are: created with a POST when the
+//! ([`variant::build_service`]), written by the Deployments' step machine
+//! ([`variant::converge`], carried out by [`write::drive`]): created with a POST when the
 //! cache does not know it (looked up only when the name is taken), server-side applied over
 //! one of this owner's when it differs, never written over someone else's (the variant is then
 //! `Conflict`). A Service that cannot be made, or that the API server refuses, makes the
@@ -11,19 +12,18 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
+use kube::Api;
 use serde_json::Value;
 
-use super::{context::Context, events::EventType, tell, write};
+use super::{context::Context, write};
 use crate::{
     Result,
     crd::{OwnerResource, VariantService, VariantState, VariantStatus},
     submit,
-    variant::{self, Base, FIELD_MANAGER, ObservedService, Owner, Refusal, Step},
+    variant::{
+        self, Base, MetaView, ObservedService, Owner,
+        converge::{Done, ServiceSubject, Subject},
+    },
 };
 
 /// What became of one variant's Service.
@@ -92,12 +92,73 @@ pub(super) async fn converge<K: OwnerResource>(
         }
     }
     let stale = variant::stale(cached.iter().map(Arc::as_ref), owner, &declared);
-    prune(ctx, obj, &api, stale).await?;
+    write::prune(ctx, obj, &api, stale, &PRUNED).await?;
     Ok(denied)
 }
 
-/// Makes Service `name` as `desired`, from what the cache knows of it (`cached`: this owner's
-/// by label), asking the API server only when the cache cannot say or a write is due.
+/// The requests of the step machine for one variant's Service ([`write::drive`]).
+pub(super) struct ServiceWrites<'a> {
+    pub(super) api: &'a Api<ObservedService>,
+    pub(super) owner: &'a Owner,
+    pub(super) name: &'a str,
+    pub(super) desired: &'a Value,
+}
+
+impl write::Writes for ServiceWrites<'_> {
+    type Observed = ObservedService;
+
+    fn subject<'a>(&'a self, current: Option<&'a ObservedService>) -> impl Subject + 'a {
+        ServiceSubject {
+            name: self.name,
+            desired: self.desired,
+            current,
+            owner: self.owner,
+        }
+    }
+
+    fn meta(current: &ObservedService) -> &dyn MetaView {
+        &current.metadata
+    }
+
+    fn handover_patch(current: &ObservedService) -> Option<Value> {
+        let version = current.metadata.resource_version.as_deref().unwrap_or("");
+        Some(current.created_entry()?.handover_patch(version))
+    }
+
+    async fn create(&self, client: &kube::Client) -> Result<ObservedService, kube::Error> {
+        submit::post_to::<ObservedService, _>(client, &self.owner.namespace, self.desired, false)
+            .await
+    }
+
+    async fn get(&self, _: &kube::Client) -> Result<Option<ObservedService>, kube::Error> {
+        self.api.get_opt(self.name).await
+    }
+
+    async fn apply(&self, _: &kube::Client) -> Result<ObservedService, kube::Error> {
+        write::apply(self.api, self.name, self.desired).await
+    }
+
+    async fn hand_over(
+        &self,
+        client: &kube::Client,
+        meta: &dyn MetaView,
+        patch: Value,
+    ) -> Result<(), kube::Error> {
+        write::hand_over::<ObservedService>(client, meta, patch).await
+    }
+
+    async fn dry_run(&self, client: &kube::Client) -> Option<String> {
+        submit::refusal_of::<ObservedService>(client, &self.owner.namespace, self.desired).await
+    }
+
+    async fn probe_base(&self, _: &kube::Client) -> Option<String> {
+        // Never asked: a Service does not carry the base (`blames_base`).
+        None
+    }
+}
+
+/// Makes Service `name` as `desired` through the step machine ([`write::drive`]), from what
+/// the cache knows of it (`cached`: this owner's by label).
 async fn serve(
     ctx: &Context,
     api: &Api<ObservedService>,
@@ -108,139 +169,44 @@ async fn serve(
 ) -> Result<Outcome> {
     let current = cached
         .iter()
-        .find(|s| s.metadata.name.as_deref() == Some(name));
-    match variant::resolve_service(desired, current.map(Arc::as_ref), owner, false) {
-        Step::Keep => match current {
-            Some(service) => Ok(Outcome::Served(variant::service_status(service))),
-            None => write_over(ctx, api, owner, name, desired).await,
-        },
-        Step::Create => match create(ctx, owner, desired).await? {
-            Some(outcome) => Ok(outcome),
-            // Taken: someone else's (R9), or this owner's that the cache has not seen yet.
-            None => write_over(ctx, api, owner, name, desired).await,
-        },
-        Step::LookUp | Step::Write => write_over(ctx, api, owner, name, desired).await,
-    }
-}
-
-/// POSTs a new Service. `None`: the name is taken.
-async fn create(ctx: &Context, owner: &Owner, desired: &Value) -> Result<Option<Outcome>> {
-    let created = submit::post_to::<ObservedService, ObservedService>(
-        &ctx.client,
-        &owner.namespace,
+        .find(|s| s.metadata.name.as_deref() == Some(name))
+        .cloned();
+    let writes = ServiceWrites {
+        api,
+        owner,
+        name,
         desired,
-        false,
-    )
-    .await;
-    match created {
-        Ok(service) => Ok(Some(Outcome::Served(variant::service_status(&service)))),
-        Err(err) if crate::already_exists(&err) => Ok(None),
-        Err(err) => refused(err).map(Some),
-    }
-}
-
-/// Reads Service `name` from the API server and, when it is this owner's and differs from
-/// `desired`, hands a POST's field ownership over to server-side apply (as for Deployments) and
-/// applies `desired` over it. Someone else's is left alone: `Conflict` (R36, as R9).
-async fn write_over(
-    ctx: &Context,
-    api: &Api<ObservedService>,
-    owner: &Owner,
-    name: &str,
-    desired: &Value,
-) -> Result<Outcome> {
-    let Some(fresh) = api.get_opt(name).await? else {
-        // Deleted since: made anew (a second "taken" fails the reconcile, to be retried).
-        return match create(ctx, owner, desired).await? {
-            Some(outcome) => Ok(outcome),
-            None => {
-                let message = format!("Service {name:?} was deleted and made again meanwhile");
-                let mut status = kube::core::Status::failure(&message, "Conflict");
-                status.code = 409;
-                Err(kube::Error::Api(Box::new(status)).into())
-            }
-        };
     };
-    if let Some(foreign) = variant::foreign(&fresh.metadata, owner) {
-        return Ok(Outcome::NotServed(
-            VariantState::Conflict,
-            format!(
-                "Service {name:?} already exists and {}; it is left alone",
-                foreign.by
+    let driven = write::drive(&ctx.client, &writes, current).await?;
+    let refused = |message: &str| format!("Service rejected by the API server: {message}");
+    Ok(match driven.done {
+        Done::Reported => match driven.current {
+            Some(service) => Outcome::Served(variant::service_status(&service)),
+            None => Outcome::NotServed(
+                VariantState::Invalid,
+                format!("Service {name:?} is neither cached nor made"),
             ),
-        ));
-    }
-    if !variant::service_needs_apply(desired, Some(&fresh)) {
-        return Ok(Outcome::Served(variant::service_status(&fresh)));
-    }
-    if let Some(entry) = fresh.created_entry() {
-        let resource_version = fresh.metadata.resource_version.as_deref().unwrap_or("");
-        let patch = entry.handover_patch(resource_version);
-        match write::hand_over::<ObservedService>(ctx, &fresh.metadata, patch).await {
-            Ok(()) => {}
-            // Changed since it was read: the reconcile fails, and is tried again.
-            Err(kube::Error::Api(status)) if write::moved_on(&status) => {
-                return Err(kube::Error::Api(status).into());
-            }
-            Err(err) => return refused(err),
+        },
+        Done::Conflict(message) => Outcome::NotServed(VariantState::Conflict, message),
+        Done::Refused {
+            message,
+            denied: true,
+        } => Outcome::Denied(refused(&message)),
+        Done::Refused { message, .. } | Done::BaseRejected(message) => {
+            Outcome::NotServed(VariantState::Invalid, refused(&message))
         }
-    }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    match api.patch(name, &params, &Patch::Apply(desired)).await {
-        Ok(service) => Ok(Outcome::Served(variant::service_status(&service))),
-        Err(err) => refused(err),
-    }
+        Done::Failed => {
+            return Err(crate::Error::Internal(
+                "the step machine ended in failure without an error".into(),
+            ));
+        }
+    })
 }
 
-/// A write that failed: the variant's `Invalid` when the API server refused the Service itself
-/// or a policy refused it ([`variant::classify`]); otherwise the reconcile fails, to be
-/// retried.
-fn refused(err: kube::Error) -> Result<Outcome> {
-    match err {
-        kube::Error::Api(status) => {
-            let message = format!(
-                "Service rejected by the API server: {}",
-                variant::server_message(&status.message)
-            );
-            match variant::classify(&status) {
-                Some(Refusal::Malformed) => Ok(Outcome::NotServed(VariantState::Invalid, message)),
-                Some(Refusal::Denied) => Ok(Outcome::Denied(message)),
-                None => Err(kube::Error::Api(status).into()),
-            }
-        }
-        err => Err(err.into()),
-    }
-}
-
-/// Deletes `stale` Services (R36, as R6), each with a uid precondition so a Service made again
-/// under the same name meanwhile is not hit; one `ServicePruned` Event each.
-async fn prune<K: OwnerResource>(
-    ctx: &Context,
-    obj: &K,
-    api: &Api<ObservedService>,
-    stale: Vec<variant::Stale>,
-) -> Result<()> {
-    for stale in stale {
-        if write::delete_stale(api, &stale).await? {
-            let name = &stale.name;
-            let related = ObjectReference {
-                api_version: Some("v1".to_string()),
-                kind: Some("Service".to_string()),
-                name: Some(name.clone()),
-                namespace: obj.meta().namespace.clone(),
-                ..ObjectReference::default()
-            };
-            let note = format!("deleted Service {name}: no declared variant has it");
-            tell::publish(
-                ctx,
-                obj,
-                EventType::Normal,
-                "ServicePruned",
-                note,
-                Some(related),
-            )
-            .await;
-        }
-    }
-    Ok(())
-}
+/// Step 4b's prune of Services ([`write::prune`], R36 as R6): one `ServicePruned` Event each.
+const PRUNED: write::Pruned = write::Pruned {
+    api_version: "v1",
+    kind: "Service",
+    reason: "ServicePruned",
+    why: "no declared variant has it",
+};

@@ -7,10 +7,9 @@ use std::collections::btree_map::Entry;
 use serde_json::{Map, Value, json};
 
 use super::access::literal_env_value;
-use super::meta::MetaView;
 use super::names::{deployment_name, unservable_name};
 use super::observed::ObservedDeployment;
-use super::owner::{HASH_ANNOTATION, Owner, is_controlled_by, may_prune};
+use super::owner::{HASH_ANNOTATION, Owner, may_prune};
 use super::placement::known_containers;
 use super::status::variant_state;
 use super::step::{Step, step_for};
@@ -165,45 +164,6 @@ pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Whose a Deployment is that has the name of one of `owner`'s variants, when it is not
-/// `owner`'s (R9).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Foreign {
-    /// Whose it is, as the end of a sentence: "has no controller", "is controlled by ...".
-    pub by: String,
-    /// It is controlled by an earlier owner of the same kind and name (deleted and made
-    /// again): the garbage collector removes it soon, and the variant is applied then.
-    pub passing: bool,
-}
-
-/// Whether the Deployment of `meta` belongs to someone other than `owner` (its controller
-/// ownerReference has another uid, or there is none), and whose (R9). `None`: it is `owner`'s.
-pub fn foreign(meta: &(impl MetaView + ?Sized), owner: &Owner) -> Option<Foreign> {
-    if is_controlled_by(meta, &owner.uid) {
-        return None;
-    }
-    Some(match meta.controller() {
-        None => Foreign {
-            by: "has no controller".to_owned(),
-            passing: false,
-        },
-        // Deleted and created again: the old one's Deployments await the garbage collector,
-        // after which this variant is applied.
-        Some(r) if r.kind == owner.kind.kind() && r.name == owner.name => Foreign {
-            by: format!(
-                "is controlled by an earlier {} {:?} (uid {}), until the garbage collector \
-                 removes it",
-                r.kind, r.name, r.uid
-            ),
-            passing: true,
-        },
-        Some(r) => Foreign {
-            by: format!("is controlled by {} {:?}", r.kind, r.name),
-            passing: false,
-        },
-    })
-}
-
 /// What to do with one declared variant, in spec order (see [`plan`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Planned {
@@ -257,34 +217,33 @@ impl Planned {
         }
     }
 
-    /// R9: turns an `Apply` into a `Conflict` when a Deployment of that name already exists
-    /// (`existing` is its metadata) and is not controlled by `owner`. Anything else is returned
-    /// unchanged.
-    pub fn check_existing(self, existing: Option<&dyn MetaView>, owner: &Owner) -> Planned {
-        let Some(meta) = existing else { return self };
-        let Planned::Apply { label, name, .. } = &self else {
-            return self;
-        };
-        let Some(Foreign { by, .. }) = foreign(meta, owner) else {
-            return self;
-        };
+    /// The same variant as a `Conflict` with `message` (R9: someone else's object holds the
+    /// name, [`left_alone`](super::left_alone)).
+    pub fn into_conflict(self, message: String) -> Planned {
+        let (label, name) = self.into_names();
         Planned::Conflict {
-            label: label.clone(),
-            message: format!("Deployment {name:?} already exists and {by}; it is left alone"),
-            name: name.clone(),
+            label,
+            name,
+            message,
         }
     }
 
     /// The same variant as `Invalid` with `message`: the API server refused its Deployment.
     pub fn into_invalid(self, message: String) -> Planned {
+        let (label, name) = self.into_names();
+        Planned::Invalid {
+            label,
+            name,
+            message,
+        }
+    }
+
+    /// Its label and its Deployment's name.
+    fn into_names(self) -> (String, String) {
         match self {
             Planned::Apply { label, name, .. }
             | Planned::Invalid { label, name, .. }
-            | Planned::Conflict { label, name, .. } => Planned::Invalid {
-                label,
-                name,
-                message,
-            },
+            | Planned::Conflict { label, name, .. } => (label, name),
         }
     }
 
@@ -347,7 +306,7 @@ fn within_size(object: Value, v: &Variant) -> Result<Value, String> {
 /// one is a `Conflict` (the first keeps it, valid or not), a variant breaking R8 is `Invalid`,
 /// the rest are built, unless too large to store (issue 35, item 6). An owner whose name is
 /// too long for a label value makes every variant `Invalid`. Foreign Deployments are checked
-/// afterwards with [`Planned::check_existing`].
+/// afterwards with [`left_alone`](super::left_alone).
 pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
     let owner_problem = unservable_name(owner.kind.kind(), &owner.name);
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
@@ -392,8 +351,9 @@ pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {
 }
 
 /// Decides [`Step`] for `planned`, given its Deployment as known: from the cache
-/// (`from_server` false; a miss is created, or looked up when the cache holds someone else's) or from the API server. Run [`Planned::check_existing`]
-/// on what the server answers before resolving again.
+/// (`from_server` false; a miss is created, or looked up when the cache holds someone
+/// else's) or from the API server (the step machine asks [`left_alone`](super::left_alone)
+/// of what the server answers before resolving again).
 pub fn resolve(
     planned: &Planned,
     observed: Option<&ObservedDeployment>,

@@ -124,3 +124,56 @@ pub fn may_prune(meta: &(impl MetaView + ?Sized), owner: &Owner) -> bool {
         && meta.label(KIND_LABEL) == Some(owner.kind.label_value())
         && is_controlled_by(meta, &owner.uid)
 }
+
+/// Whose a Deployment is that has the name of one of `owner`'s variants, when it is not
+/// `owner`'s (R9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    /// Whose it is, as the end of a sentence: "has no controller", "is controlled by ...".
+    pub by: String,
+    /// It is controlled by an earlier owner of the same kind and name (deleted and made
+    /// again): the garbage collector removes it soon, and the variant is applied then.
+    pub passing: bool,
+}
+
+/// Whether the Deployment of `meta` belongs to someone other than `owner` (its controller
+/// ownerReference has another uid, or there is none), and whose (R9). `None`: it is `owner`'s.
+pub fn foreign(meta: &(impl MetaView + ?Sized), owner: &Owner) -> Option<Foreign> {
+    if is_controlled_by(meta, &owner.uid) {
+        return None;
+    }
+    Some(match meta.controller() {
+        None => Foreign {
+            by: "has no controller".to_owned(),
+            passing: false,
+        },
+        // Deleted and created again: the old one's Deployments await the garbage collector,
+        // after which this variant is applied.
+        Some(r) if r.kind == owner.kind.kind() && r.name == owner.name => Foreign {
+            by: format!(
+                "is controlled by an earlier {} {:?} (uid {}), until the garbage collector \
+                 removes it",
+                r.kind, r.name, r.uid
+            ),
+            passing: true,
+        },
+        Some(r) => Foreign {
+            by: format!("is controlled by {} {:?}", r.kind, r.name),
+            passing: false,
+        },
+    })
+}
+
+/// R9: the message of a variant whose `kind` `name` exists (`meta`) and is not `owner`'s
+/// ([`foreign`]); `None` when there is none, or it is `owner`'s.
+pub fn left_alone(
+    kind: &str,
+    name: &str,
+    meta: Option<&dyn MetaView>,
+    owner: &Owner,
+) -> Option<String> {
+    let by = foreign(meta?, owner)?.by;
+    Some(format!(
+        "{kind} {name:?} already exists and {by}; it is left alone"
+    ))
+}

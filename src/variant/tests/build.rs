@@ -215,38 +215,36 @@ fn an_owner_name_too_long_for_a_label_invalidates_every_variant() {
 #[test]
 fn an_existing_deployment_we_do_not_control_is_a_conflict() {
     let o = owner();
-    let apply = || plan(&base(), &o, &[variant("a", &[], 1)]).remove(0);
-    assert_eq!(apply().check_existing(None, &o), apply());
+    let check = |meta: Option<&ObjectMeta>| {
+        left_alone("Deployment", "web-a", meta.map(|m| m as &dyn MetaView), &o)
+    };
+    assert_eq!(check(None), None);
     let ours = meta(&[], Some(("Mutation", "snap", "uid-1")));
-    assert_eq!(apply().check_existing(Some(&ours), &o), apply());
+    assert_eq!(check(Some(&ours)), None);
     let theirs = meta(&[], Some(("MutantDeployment", "snap", "uid-2")));
+    let message = check(Some(&theirs)).unwrap_or_default();
     assert_eq!(
-        apply().check_existing(Some(&theirs), &o),
+        message,
+        "Deployment \"web-a\" already exists and is controlled by MutantDeployment \"snap\"; \
+         it is left alone"
+    );
+    let apply = plan(&base(), &o, &[variant("a", &[], 1)]).remove(0);
+    assert_eq!(
+        apply.into_conflict(message.clone()),
         Planned::Conflict {
             label: "a".into(),
             name: "web-a".into(),
-            message: "Deployment \"web-a\" already exists and is controlled by \
-                      MutantDeployment \"snap\"; it is left alone"
-                .into(),
+            message,
         }
     );
     // An earlier owner of the same kind and name (deleted, its Deployments not yet collected).
     let earlier = meta(&[], Some(("Mutation", "snap", "uid-0")));
-    assert!(matches!(
-        apply().check_existing(Some(&earlier), &o),
-        Planned::Conflict { message, .. }
-            if message.contains("an earlier Mutation \"snap\" (uid uid-0)")
-    ));
-    let orphan = apply().check_existing(Some(&meta(&[], None)), &o);
     assert!(
-        matches!(orphan, Planned::Conflict { message, .. } if message.contains("has no controller"))
+        check(Some(&earlier))
+            .is_some_and(|m| m.contains("an earlier Mutation \"snap\" (uid uid-0)"))
     );
-    let invalid = Planned::Invalid {
-        label: "A".into(),
-        name: "web-A".into(),
-        message: "m".into(),
-    };
-    assert_eq!(invalid.clone().check_existing(Some(&theirs), &o), invalid);
+    let orphan = meta(&[], None);
+    assert!(check(Some(&orphan)).is_some_and(|m| m.contains("has no controller")));
 }
 
 // R5, R12

@@ -35,7 +35,7 @@ fn resolve_writes_what_differs_and_creates_or_looks_up_what_the_cache_cannot_tel
     theirs.metadata.owner_references = None;
     assert_eq!(resolve(p, Some(&theirs), &o, false), Step::LookUp);
     // the server says it is someone else's: a Conflict, never written
-    let conflict = p.clone().check_existing(Some(&theirs.metadata), &o);
+    let conflict = p.clone().into_conflict("someone else's".into());
     assert_eq!(resolve(&conflict, Some(&theirs), &o, true), Step::Keep);
     // an invalid variant is never written
     let invalid = &plan(&base(), &o, &[variant("Bad", &[], 1)])[0];

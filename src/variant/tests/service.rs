@@ -11,7 +11,7 @@ use crate::crd::{
 };
 
 /// The browser-snap base: one container with port 80 named http.
-fn snap_base(name: &str, ports: Value) -> Base {
+pub(super) fn snap_base(name: &str, ports: Value) -> Base {
     let base = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "labels": {"app": "browser-snap"}},
@@ -26,7 +26,7 @@ fn snap_base(name: &str, ports: Value) -> Base {
     Base::parse(&base).unwrap_or_else(|e| panic!("base should parse: {e}"))
 }
 
-fn http() -> Value {
+pub(super) fn http() -> Value {
     json!([{"name": "http", "containerPort": 80}])
 }
 
@@ -41,7 +41,7 @@ fn port(port: i32) -> ServicePortSpec {
     }
 }
 
-fn node_port_spec() -> ServiceSpec {
+pub(super) fn node_port_spec() -> ServiceSpec {
     ServiceSpec {
         type_: ServiceType::NodePort,
         ports: vec![],
@@ -49,7 +49,7 @@ fn node_port_spec() -> ServiceSpec {
     }
 }
 
-fn built(base: &Base, label: &str, spec: &ServiceSpec) -> Value {
+pub(super) fn built(base: &Base, label: &str, spec: &ServiceSpec) -> Value {
     build_service(base, &owner(), label, spec).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -372,7 +372,7 @@ fn service_names_start_with_a_letter_and_have_no_dot() {
 }
 
 /// `desired` as the API server returns it: defaults and allocations added, decoded as cached.
-fn as_served(desired: &Value) -> ObservedService {
+pub(super) fn as_served(desired: &Value) -> ObservedService {
     let mut v = desired.clone();
     v["metadata"]["uid"] = json!("s-uid");
     v["metadata"]["resourceVersion"] = json!("7");
