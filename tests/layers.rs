@@ -1,7 +1,16 @@
-//! The modules of `src/` form layers, and every import points down: a module uses only
-//! modules of a lower layer (CONTRIBUTING.md's "Layout" lists them, lowest first). This test reads
-//! every source file and fails on an import that points up or sideways, so a cycle cannot
-//! come back unnoticed.
+//! The modules of `src/` form layers, and every import points down (CONTRIBUTING.md's
+//! "Layout" lists them, lowest first). This test reads every source file, without a build,
+//! and checks:
+//!
+//! - every top-level module of `src/` has a layer ([`LAYERS`]);
+//! - every import between them points to a lower layer, however it is written: `crate::x`,
+//!   or `super::x` from a top-level file and `super::super::x` from a file one folder deep,
+//!   which reach the crate root just as well (`mutantops::x` in main.rs);
+//! - inside a folder, a file imports only the files listed before it in [`ROOMS`], never its
+//!   folder's root file;
+//! - the scanners themselves read the forms of `use` the code has (their own tests).
+//!
+//! So a cycle, or an import that points up or sideways, cannot come back unnoticed.
 
 use std::{collections::BTreeMap, fs, path::Path};
 
@@ -67,12 +76,14 @@ fn without_comments(text: &str) -> String {
 fn used_names(text: &str, root: &str) -> Vec<String> {
     let mut names = Vec::new();
     let prefix = format!("{root}::");
-    let mut rest = text;
-    while let Some(at) = rest.find(&prefix) {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + prefix.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // e.g. `my_crate::`
+    let mut from = 0;
+    while let Some(found) = text[from..].find(&prefix) {
+        let at = from + found;
+        let before = text[..at].chars().next_back();
+        from = at + prefix.len();
+        let rest = &text[from..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // e.g. `my_crate::`, or `super::super::` inside a longer chain
         }
         if let Some(group) = rest.strip_prefix('{') {
             // the names at depth 0 of the group
@@ -130,7 +141,31 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// Every import between modules of `src/`, as (file, importer, imported).
+/// How many `super`s lead from `relative` (a file of `src/`) to the crate root: 1 from
+/// `api.rs` and `controller/mod.rs`, 2 from `controller/write.rs`; 0 from lib.rs and main.rs.
+fn depth_of(relative: &Path) -> usize {
+    let parts: Vec<_> = relative.components().collect();
+    match parts.last().map(|c| c.as_os_str().to_string_lossy()) {
+        Some(last) if last == "mod.rs" => parts.len() - 1,
+        Some(last) if parts.len() == 1 && (last == "lib.rs" || last == "main.rs") => 0,
+        _ => parts.len(),
+    }
+}
+
+/// The modules of the crate root that `text` names through `depth` `super`s.
+fn through_supers(text: &str, depth: usize) -> Vec<String> {
+    if depth == 0 {
+        return Vec::new();
+    }
+    let root = vec!["super"; depth].join("::");
+    used_names(text, &root)
+        .into_iter()
+        .filter(|n| !n.is_empty() && n != "super" && n != "self")
+        .collect()
+}
+
+/// Every import between modules of `src/`, as (file, importer, imported): through `crate::`
+/// and through `super`s that reach the crate root (the tests inside a file are one further).
 fn imports() -> Vec<(String, String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
@@ -148,7 +183,12 @@ fn imports() -> Vec<(String, String, String)> {
         } else {
             "crate"
         };
-        for name in used_names(&text, root) {
+        let code = without_inline_tests(&text);
+        let depth = depth_of(&relative);
+        let mut names = used_names(&text, root);
+        names.extend(through_supers(code, depth));
+        names.extend(through_supers(&text[code.len()..], depth + 1));
+        for name in names {
             let imported = if LIB_ITEMS.contains(&name.as_str()) {
                 "lib".to_string()
             } else {
@@ -211,6 +251,15 @@ fn the_scanner_reads_grouped_and_plain_paths() {
         used_names(text, "crate"),
         ["cache", "crd", "Error", "Result", "error_chain"]
     );
+    let supers =
+        "use super::cache::C;\nuse super::super::super::x::Y;\nlet z = super::super::lease::f();";
+    assert_eq!(through_supers(supers, 1), ["cache"]);
+    assert_eq!(through_supers(supers, 2), ["lease"]);
+    assert!(through_supers(supers, 0).is_empty());
+    assert_eq!(depth_of(Path::new("controller/write.rs")), 2);
+    assert_eq!(depth_of(Path::new("controller/mod.rs")), 1);
+    assert_eq!(depth_of(Path::new("api.rs")), 1);
+    assert_eq!(depth_of(Path::new("lib.rs")), 0);
     assert_eq!(
         without_comments("let a = 1; // crate::api\nlet s = \"http://x\";"),
         "let a = 1; \nlet s = \"http://x\";"
@@ -218,8 +267,10 @@ fn the_scanner_reads_grouped_and_plain_paths() {
 }
 
 /// The files of each folder of `src/`, lowest first: a file may use files before it and no
-/// other, and never its folder's root file (`x.rs` or `x/mod.rs`), which only declares the rooms,
-/// re-exports them and routes. A room may be a file with a folder of its own
+/// other, and never its folder's root file (`x.rs` or `x/mod.rs`). The root file declares the
+/// rooms and re-exports them, and may hold the folder's own logic on top of them
+/// (`controller/mod.rs` runs the controllers, `connect.rs` builds the client, `variant.rs`
+/// only re-exports): it is the folder's highest room. A room may be a file with a folder of its own
 /// (`placement.rs` and `placement/check.rs` are one room). Files named `tests` and the tests
 /// inside a file (`#[cfg(test)] mod tests { .. }`) are left out: tests reach what they test.
 const ROOMS: &[(&str, &[&str])] = &[
