@@ -64,7 +64,7 @@ pub enum Error {
 
     /// Serialising an object failed.
     #[error("serialize")]
-    Serialize(#[source] serde_yaml::Error),
+    Serialize(#[source] serde_norway::Error),
 
     /// A step of the operator's own logic ended where it cannot (a defect, named).
     #[error("internal: {0}")]

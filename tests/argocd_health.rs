@@ -513,17 +513,15 @@ fn strings_reach_lua_byte_for_byte() {
 #[test]
 fn the_argocd_cm_patch_carries_health_lua() {
     let script = argocd_file("health.lua");
-    let patch: serde_yaml::Value = serde_yaml::from_str(&argocd_file("argocd-cm-patch.yaml"))
+    let patch: Value = serde_saphyr::from_str(&argocd_file("argocd-cm-patch.yaml"))
         .expect("argocd-cm-patch.yaml is YAML");
     assert_eq!(patch["apiVersion"].as_str(), Some("v1"));
     assert_eq!(patch["kind"].as_str(), Some("ConfigMap"));
     assert_eq!(patch["metadata"]["name"].as_str(), Some("argocd-cm"));
     assert_eq!(patch["metadata"]["namespace"].as_str(), Some("argocd"));
-    let data = patch["data"].as_mapping().expect("data is a mapping");
+    let data = patch["data"].as_object().expect("data is a mapping");
     assert_eq!(
-        data.keys()
-            .filter_map(serde_yaml::Value::as_str)
-            .collect::<Vec<_>>(),
+        data.keys().map(String::as_str).collect::<Vec<_>>(),
         [HEALTH_KEY],
         "data holds the health check and nothing else"
     );

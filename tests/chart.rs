@@ -34,7 +34,7 @@ use k8s_openapi::api::{
     rbac::v1::{ClusterRole, ClusterRoleBinding},
 };
 use kube::api::ListParams;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// With default values, the chart renders every object of operator.yml but the Namespace, and
 /// nothing else, each equal to operator.yml's but for Helm's labels: RBAC rules, the whole
@@ -100,7 +100,7 @@ fn chart_crds_are_deploy_crds() {
 #[test]
 fn chart_version_is_the_crate_version() {
     k3s_example_values();
-    let chart: Value = serde_yaml::from_str(&read(&format!("{CHART}/Chart.yaml"))).unwrap();
+    let chart: Value = serde_saphyr::from_str(&read(&format!("{CHART}/Chart.yaml"))).unwrap();
     assert_eq!(chart["apiVersion"], "v2");
     assert_eq!(chart["name"], "mutantops");
     for field in ["version", "appVersion"] {
@@ -116,11 +116,11 @@ fn chart_version_is_the_crate_version() {
 /// looked into.
 fn unknown_keys(path: &str, example: &Value, values: &Value, out: &mut Vec<String>) {
     const FREE_FORM: [&str; 4] = ["resources", "podAnnotations", "nodeSelector", "affinity"];
-    let (Some(example), Some(_)) = (example.as_mapping(), values.as_mapping()) else {
+    let (Some(example), Some(_)) = (example.as_object(), values.as_object()) else {
         return;
     };
-    for (k, v) in example {
-        let name = k.as_str().unwrap_or_default();
+    for (name, v) in example {
+        let name = name.as_str();
         match values.get(name) {
             None => out.push(format!("{path}{name}")),
             Some(default) if !FREE_FORM.contains(&name) => {
@@ -134,7 +134,7 @@ fn unknown_keys(path: &str, example: &Value, values: &Value, out: &mut Vec<Strin
 /// The k3s HelmChart example installs this chart's version into namespace mutants, creating
 /// it, with values the chart has. Returns its valuesContent.
 fn k3s_example_values() -> Value {
-    let example: Value = serde_yaml::from_str(&read("deploy/chart/helmchart-k3s.yaml")).unwrap();
+    let example: Value = serde_saphyr::from_str(&read("deploy/chart/helmchart-k3s.yaml")).unwrap();
     assert_eq!(example["apiVersion"], "helm.cattle.io/v1");
     assert_eq!(example["kind"], "HelmChart");
     let spec = &example["spec"];
@@ -146,8 +146,8 @@ fn k3s_example_values() -> Value {
         "the example names another chart version than {archive}: {:?}",
         spec["chart"]
     );
-    let values: Value = serde_yaml::from_str(spec["valuesContent"].as_str().unwrap()).unwrap();
-    let defaults: Value = serde_yaml::from_str(&read(&format!("{CHART}/values.yaml"))).unwrap();
+    let values: Value = serde_saphyr::from_str(spec["valuesContent"].as_str().unwrap()).unwrap();
+    let defaults: Value = serde_saphyr::from_str(&read(&format!("{CHART}/values.yaml"))).unwrap();
     let mut unknown = Vec::new();
     unknown_keys("", &values, &defaults, &mut unknown);
     assert!(
@@ -253,7 +253,7 @@ fn values_render_where_documented() {
     assert_eq!(token["optional"], false);
     assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/arch"], "arm64");
     assert_eq!(pod["spec"]["tolerations"][0]["key"], "board");
-    assert!(pod["spec"]["affinity"]["nodeAffinity"].is_mapping());
+    assert!(pod["spec"]["affinity"]["nodeAffinity"].is_object());
     assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
     assert_eq!(c["resources"]["requests"]["cpu"], "20m");
     let annotations = &pod["metadata"]["annotations"];
@@ -273,7 +273,11 @@ fn values_render_where_documented() {
 
     // The k3s example's valuesContent.
     let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chart-k3s-values.yaml");
-    std::fs::write(&file, serde_yaml::to_string(&k3s_example_values()).unwrap()).unwrap();
+    std::fs::write(
+        &file,
+        serde_saphyr::to_string(&k3s_example_values()).unwrap(),
+    )
+    .unwrap();
     let docs = render("mutantops", "mutants", &["-f", file.to_str().unwrap()]);
     let deployment = find(&docs, "Deployment", "mutantops-operator");
     assert_eq!(deployment["spec"]["replicas"], 1);
@@ -409,7 +413,7 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
 
     let input: String = docs
         .iter()
-        .map(|d| format!("---\n{}", serde_yaml::to_string(d).unwrap()))
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
         .collect();
     let applied = kubectl(
         "apply --server-side --field-manager=mutantops-tests -f -",

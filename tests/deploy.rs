@@ -10,11 +10,23 @@
 
 use std::path::Path;
 
+use serde_json::Value;
+
 fn deploy(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy")
         .join(file);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// How many documents the YAML stream `text` holds, empty and `null` ones included:
+/// `serde_saphyr::from_multiple` leaves those out.
+fn document_count(text: &str) -> usize {
+    use serde_saphyr::granit_parser::{Event, Parser};
+    Parser::new_from_str(text)
+        .map(|event| event.unwrap())
+        .filter(|(event, _)| matches!(event, Event::DocumentStart(..)))
+        .count()
 }
 
 /// The bundle as it must be: a header, the CRDs, then operator.yml.
@@ -45,9 +57,10 @@ fn the_bundle_is_the_crds_and_the_operator() {
         actual == expected,
         "deploy/mutantops.yaml drifted: run `UPDATE_DEPLOY=1 cargo test --test deploy`"
     );
-    // Every document parses.
-    for doc in serde_yaml::Deserializer::from_str(&actual) {
-        let value = serde_yaml::Value::deserialize(doc).unwrap();
+    // Every document parses, and none is empty (serde_saphyr skips those: counted apart).
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&actual).unwrap();
+    assert_eq!(docs.len(), document_count(&actual), "an empty document");
+    for value in docs {
         assert!(value.get("kind").is_some(), "{value:?}");
     }
 }
@@ -55,9 +68,7 @@ fn the_bundle_is_the_crds_and_the_operator() {
 /// R28: what operator.yml promises, checked on the parsed objects.
 #[test]
 fn operator_manifest_hardening() {
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&deploy("operator.yml"))
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
-        .collect();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&deploy("operator.yml")).unwrap();
     let find = |kind: &str| {
         docs.iter()
             .find(|d| d["kind"].as_str() == Some(kind))
@@ -80,7 +91,7 @@ fn operator_manifest_hardening() {
     assert_eq!(requests["cpu"], "10m");
     assert_eq!(requests["memory"], "16Mi");
     let env = |name: &str| {
-        let all = container["env"].as_sequence().unwrap();
+        let all = container["env"].as_array().unwrap();
         all.iter()
             .find(|e| e["name"] == name)
             .unwrap_or_else(|| panic!("no env {name}"))
@@ -102,7 +113,7 @@ fn operator_manifest_hardening() {
     // The Service names the API port only.
     let service = find("Service");
     assert_eq!(service["metadata"]["name"].as_str(), Some("mutantops-api"));
-    let ports = service["spec"]["ports"].as_sequence().unwrap();
+    let ports = service["spec"]["ports"].as_array().unwrap();
     assert_eq!(ports.len(), 1);
     assert_eq!(
         (ports[0]["port"].as_u64(), ports[0]["targetPort"].as_str()),
@@ -130,7 +141,7 @@ fn operator_manifest_hardening() {
     let rule = &spec["matchConstraints"]["resourceRules"][0];
     assert_eq!(rule["resources"][0], "services");
     let operations: Vec<&str> = rule["operations"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|o| o.as_str().unwrap())
@@ -143,10 +154,9 @@ fn operator_manifest_hardening() {
 
 #[test]
 fn the_kustomization_names_every_manifest() {
-    let kustomization: serde_yaml::Value =
-        serde_yaml::from_str(&deploy("kustomization.yaml")).unwrap();
+    let kustomization: Value = serde_saphyr::from_str(&deploy("kustomization.yaml")).unwrap();
     let resources: Vec<&str> = kustomization["resources"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|r| r.as_str().unwrap())
@@ -167,21 +177,22 @@ fn the_kustomization_names_every_manifest() {
 fn the_security_model_lists_every_right_of_the_service_account() {
     use std::collections::BTreeSet;
     type Rule = (BTreeSet<String>, BTreeSet<String>);
-    let words = |v: &serde_yaml::Value| -> BTreeSet<String> {
-        v.as_sequence()
+    let words = |v: &Value| -> BTreeSet<String> {
+        v.as_array()
             .unwrap()
             .iter()
             .map(|w| w.as_str().unwrap().to_owned())
             .collect()
     };
-    let mut granted: Vec<Rule> = serde_yaml::Deserializer::from_str(&deploy("operator.yml"))
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+    let mut granted: Vec<Rule> = serde_saphyr::from_multiple::<Value>(&deploy("operator.yml"))
+        .unwrap()
+        .into_iter()
         .filter(|d| {
             let name = d["metadata"]["name"].as_str();
             (d["kind"] == "ClusterRole" && name == Some("mutantops"))
                 || (d["kind"] == "Role" && name == Some("mutantops-leader-election"))
         })
-        .flat_map(|d| d["rules"].as_sequence().unwrap().clone())
+        .flat_map(|d| d["rules"].as_array().unwrap().clone())
         .map(|rule| (words(&rule["resources"]), words(&rule["verbs"])))
         .collect();
     assert_eq!(granted.len(), 9, "{granted:?}");
@@ -221,5 +232,3 @@ fn the_security_model_lists_every_right_of_the_service_account() {
         "docs/security.md's \"The operator's ServiceAccount\" table and deploy/operator.yml's rules differ"
     );
 }
-
-use serde::Deserialize as _;

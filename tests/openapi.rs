@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mutantops::api::ROUTES;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The operation keys of an OpenAPI 3.0 path item.
 const METHODS: &[&str] = &[
@@ -27,16 +27,7 @@ const METHODS: &[&str] = &[
 fn document() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// A mapping key as text: `'401'` and `401` are the same response code.
-fn key_text(key: &Value) -> String {
-    match key {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        other => panic!("unexpected key {other:?}"),
-    }
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Follows a local `$ref` (`#/components/...`), if `value` is one.
@@ -58,16 +49,15 @@ fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
 fn operations(doc: &Value) -> BTreeMap<(String, String), (&Value, &Value)> {
     let paths = doc
         .get("paths")
-        .and_then(Value::as_mapping)
+        .and_then(Value::as_object)
         .expect("the document has `paths`");
     let mut found = BTreeMap::new();
     for (path, item) in paths {
-        let path = key_text(path);
         let fields = item
-            .as_mapping()
+            .as_object()
             .unwrap_or_else(|| panic!("{path}: not a path item"));
         for (key, operation) in fields {
-            let method = key_text(key).to_lowercase();
+            let method = key.to_lowercase();
             if METHODS.contains(&method.as_str()) {
                 let previous = found.insert((method.clone(), path.clone()), (item, operation));
                 assert!(previous.is_none(), "{method} {path} is there twice");
@@ -139,7 +129,7 @@ fn each_operation_declares_the_parameters_of_its_path() {
             .collect();
         let declared: BTreeSet<&str> = [item, operation]
             .into_iter()
-            .filter_map(|node| node.get("parameters")?.as_sequence())
+            .filter_map(|node| node.get("parameters")?.as_array())
             .flatten()
             .map(|p| resolve(&doc, p))
             .filter(|p| p["in"].as_str() == Some("path"))
@@ -160,12 +150,13 @@ fn each_operation_declares_the_parameters_of_its_path() {
 fn each_operation_lists_401() {
     let doc = document();
     for ((method, path), (_, operation)) in operations(&doc) {
+        // Keys read as text: `'401'` and `401` are the same response code.
         let codes: BTreeSet<String> = operation
             .get("responses")
-            .and_then(Value::as_mapping)
+            .and_then(Value::as_object)
             .unwrap_or_else(|| panic!("{method} {path}: no responses"))
             .keys()
-            .map(key_text)
+            .cloned()
             .collect();
         assert!(
             codes.contains("401"),

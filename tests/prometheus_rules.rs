@@ -22,8 +22,7 @@ use std::{
     process::Command,
 };
 
-use serde::Deserialize as _;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The job label every rule selects, and that the PodMonitor must produce.
 const JOB: &str = "mutantops";
@@ -46,12 +45,12 @@ fn read(file: &str) -> String {
 }
 
 fn yaml(file: &str) -> Value {
-    serde_yaml::from_str(&read(file)).unwrap_or_else(|e| panic!("deploy/{file}: {e}"))
+    serde_saphyr::from_str(&read(file)).unwrap_or_else(|e| panic!("deploy/{file}: {e}"))
 }
 
 fn seq(value: &Value) -> &Vec<Value> {
     value
-        .as_sequence()
+        .as_array()
         .unwrap_or_else(|| panic!("not a list: {value:?}"))
 }
 
@@ -92,10 +91,10 @@ fn exported_names() -> BTreeSet<String> {
 fn the_prometheusrule_holds_the_groups_of_rules_yaml() {
     let plain = yaml("prometheus/rules.yaml");
     let keys: Vec<&str> = plain
-        .as_mapping()
+        .as_object()
         .unwrap()
         .keys()
-        .map(|k| str_of(k, "a key"))
+        .map(String::as_str)
         .collect();
     assert_eq!(keys, ["groups"], "rules.yaml holds only groups");
     let resource = yaml("prometheus/prometheusrule.yaml");
@@ -113,15 +112,15 @@ fn the_prometheusrule_holds_the_groups_of_rules_yaml() {
     assert!(!seq(&plain["groups"]).is_empty());
     // Compared as YAML text, so a failure shows where they differ.
     assert_eq!(
-        serde_yaml::to_string(&resource["spec"]["groups"]).unwrap(),
-        serde_yaml::to_string(&plain["groups"]).unwrap(),
+        serde_saphyr::to_string(&resource["spec"]["groups"]).unwrap(),
+        serde_saphyr::to_string(&plain["groups"]).unwrap(),
         "prometheusrule.yaml's spec.groups (left) differs from rules.yaml's groups (right): \
          copy the groups of rules.yaml into it"
     );
     assert_eq!(resource["spec"], {
-        let mut spec = serde_yaml::Mapping::new();
-        spec.insert("groups".into(), plain["groups"].clone());
-        Value::Mapping(spec)
+        let mut spec = serde_json::Map::new();
+        spec.insert("groups".to_string(), plain["groups"].clone());
+        Value::Object(spec)
     });
 }
 
@@ -220,16 +219,14 @@ fn the_variant_alerts_select_reported_states() {
 /// takes the job from a pod label whose value is `mutantops`.
 #[test]
 fn the_podmonitor_selects_the_operator_pods() {
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&read("operator.yml"))
-        .map(|doc| Value::deserialize(doc).unwrap())
-        .collect();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&read("operator.yml")).unwrap();
     let deployment = docs
         .iter()
         .find(|d| d["kind"].as_str() == Some("Deployment"))
         .expect("operator.yml has the Deployment");
     let namespace = str_of(&deployment["metadata"]["namespace"], "namespace");
     let template = &deployment["spec"]["template"];
-    let pod_labels = template["metadata"]["labels"].as_mapping().unwrap();
+    let pod_labels = template["metadata"]["labels"].as_object().unwrap();
     let container = &seq(&template["spec"]["containers"])[0];
 
     let monitor = yaml("prometheus/podmonitor.yaml");
@@ -245,7 +242,7 @@ fn the_podmonitor_selects_the_operator_pods() {
         .map(|n| str_of(n, "namespace"))
         .collect();
     assert_eq!(names, [namespace]);
-    let selector = spec["selector"]["matchLabels"].as_mapping().unwrap();
+    let selector = spec["selector"]["matchLabels"].as_object().unwrap();
     assert!(!selector.is_empty());
     for (key, value) in selector {
         assert_eq!(pod_labels.get(key), Some(value), "pod label {key:?}");
@@ -297,7 +294,7 @@ fn every_alert_has_unit_tests_both_ways() {
     for case in seq(&tests["tests"]) {
         for check in seq(&case["alert_rule_test"]) {
             let name = str_of(&check["alertname"], "alertname");
-            let expected = check["exp_alerts"].as_sequence().map_or(0, Vec::len);
+            let expected = check["exp_alerts"].as_array().map_or(0, Vec::len);
             if expected == 0 {
                 quiet.insert(name);
             } else {

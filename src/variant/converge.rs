@@ -70,7 +70,9 @@ impl Subject for DeploymentSubject<'_> {
         let Planned::Apply { name, .. } = self.planned else {
             return None;
         };
-        let meta = self.current.map(|d| &d.metadata as &dyn super::meta::MetaView);
+        let meta = self
+            .current
+            .map(|d| &d.metadata as &dyn super::meta::MetaView);
         left_alone("Deployment", name, meta, self.owner)
     }
 
@@ -101,7 +103,9 @@ impl Subject for ServiceSubject<'_> {
     }
 
     fn left_alone(&self) -> Option<String> {
-        let meta = self.current.map(|s| &s.metadata as &dyn super::meta::MetaView);
+        let meta = self
+            .current
+            .map(|s| &s.metadata as &dyn super::meta::MetaView);
         left_alone("Service", self.name, meta, self.owner)
     }
 

@@ -5,8 +5,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use serde::Deserialize as _;
-use serde_yaml::Value;
+use serde_json::Value;
 
 use super::files::repo;
 
@@ -19,12 +18,9 @@ pub const HELM_LABELS: [&str; 4] = [
     "app.kubernetes.io/version",
 ];
 
-/// The documents of a YAML stream, without empty ones.
+/// The documents of a YAML stream, without empty ones (serde_saphyr leaves them out).
 pub fn parse(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{e}:\n{text}")))
-        .filter(|doc| !doc.is_null())
-        .collect()
+    serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("{e}:\n{text}"))
 }
 
 /// A process's stdout and stderr.
@@ -104,7 +100,7 @@ pub fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 }
 
 pub fn seq(value: &Value) -> &[Value] {
-    value.as_sequence().map_or(&[], Vec::as_slice)
+    value.as_array().map_or(&[], Vec::as_slice)
 }
 
 pub fn container(deployment: &Value) -> &Value {
@@ -129,7 +125,7 @@ pub fn without_helm_labels(rendered: &Value, original: &Value) -> Value {
             .iter()
             .try_fold(&mut rendered, |v, step| v.get_mut(*step));
         let labels = ours.and_then(|v| v.get_mut("labels"));
-        if let Some(labels) = labels.and_then(Value::as_mapping_mut) {
+        if let Some(labels) = labels.and_then(Value::as_object_mut) {
             for label in HELM_LABELS {
                 if theirs["labels"].get(label).is_none() {
                     labels.remove(label);
@@ -147,11 +143,10 @@ pub fn json(value: &Value) -> String {
 /// Every place where `actual` differs from `expected`, as `path: ...` lines.
 pub fn differences(path: &str, expected: &Value, actual: &Value, out: &mut Vec<String>) {
     match (expected, actual) {
-        (Value::Mapping(a), Value::Mapping(b)) => {
+        (Value::Object(a), Value::Object(b)) => {
             let theirs = b.keys().filter(|k| !a.contains_key(*k));
             for k in a.keys().chain(theirs) {
-                let name = k.as_str().map_or_else(|| json(k), str::to_string);
-                let here = format!("{path}.{name}");
+                let here = format!("{path}.{k}");
                 match (a.get(k), b.get(k)) {
                     (Some(x), Some(y)) => differences(&here, x, y, out),
                     (x, y) => out.push(format!(
@@ -162,7 +157,7 @@ pub fn differences(path: &str, expected: &Value, actual: &Value, out: &mut Vec<S
                 }
             }
         }
-        (Value::Sequence(a), Value::Sequence(b)) if a.len() == b.len() => {
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
             for (i, (x, y)) in a.iter().zip(b).enumerate() {
                 differences(&format!("{path}[{i}]"), x, y, out);
             }

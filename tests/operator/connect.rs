@@ -60,9 +60,9 @@ fn openssl_req(
 }
 
 /// The test cluster's kubeconfig (the one in `KUBECONFIG`).
-fn kubeconfig() -> serde_yaml::Value {
+fn kubeconfig() -> Value {
     let path = std::env::var("KUBECONFIG").unwrap();
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// The server URL of the test cluster's kubeconfig.

@@ -18,8 +18,9 @@ use super::*;
 fn deploy_role(name: &str) -> ClusterRole {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/operator.yml");
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).unwrap())
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
         .find(|doc| doc["kind"] == "ClusterRole" && doc["metadata"]["name"] == name)
         .map(common::from_json)
         .unwrap_or_else(|| panic!("deploy/operator.yml has no ClusterRole {name}"))

@@ -393,7 +393,7 @@ pub fn example(file: &str) -> Value {
         .join("deploy/examples")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap();
-    serde_yaml::from_str(&text).unwrap()
+    serde_saphyr::from_str(&text).unwrap()
 }
 
 /// The kubectl to use: `$KUBECTL`, or `kubectl` on the PATH.

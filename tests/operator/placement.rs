@@ -59,7 +59,7 @@ fn snap_base(name: &str) -> Value {
 async fn placement_and_images_land_in_the_deployments_of_both_kinds() {
     let f = Fixture::new("ctl-placement").await;
     let block = markdown_block("docs/behaviour.md", "<!-- placement-example -->", "yaml");
-    let example: Value = serde_yaml::from_str(&block).unwrap();
+    let example: Value = serde_saphyr::from_str(&block).unwrap();
     assert_eq!(example["metadata"]["name"], "browser-snap");
     f.apply::<Mutation>(&example).await;
     let mut variants = example["spec"]["variants"].clone();

@@ -13,8 +13,6 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use serde::Deserialize;
-
 use super::*;
 
 /// The job the rules select (deploy/prometheus/rules.yaml) and this scrape config names.
@@ -229,7 +227,7 @@ fn rules_file() -> PathBuf {
 /// The alert names of deploy/prometheus/rules.yaml.
 fn alerts_in_rules_file() -> BTreeSet<String> {
     let text = std::fs::read_to_string(rules_file()).unwrap();
-    let rules: Value = serde_yaml::from_str(&text).unwrap();
+    let rules: Value = serde_saphyr::from_str(&text).unwrap();
     rules["groups"][0]["rules"]
         .as_array()
         .unwrap()
@@ -397,15 +395,16 @@ async fn prometheus_scrapes_the_operator_and_loads_the_rules() {
 /// configuration a user of a plain Prometheus in the cluster copies.
 fn readme_scrape_config() -> Value {
     let block = markdown_block("deploy/prometheus/README.md", "## Plain Prometheus", "yaml");
-    serde_yaml::from_str(&block).unwrap_or_else(|e| panic!("{e}:\n{block}"))
+    serde_saphyr::from_str(&block).unwrap_or_else(|e| panic!("{e}:\n{block}"))
 }
 
 /// The pod template of deploy/operator.yml's Deployment.
 fn operator_pod_template() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/operator.yml");
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).unwrap())
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
         .find(|doc| doc["kind"] == "Deployment")
         .map(|deployment| deployment["spec"]["template"].clone())
         .expect("deploy/operator.yml has a Deployment")

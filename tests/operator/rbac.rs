@@ -29,13 +29,13 @@ fn ok(output: &std::process::Output, what: &str) -> String {
 /// A kubeconfig for the cluster in KUBECONFIG that authenticates with `token` instead.
 pub fn kubeconfig_with_token(token: &str, path: &std::path::Path) {
     let source = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test cluster");
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
-    let users = config["users"].as_sequence_mut().unwrap();
+    let mut config: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
+    let users = config["users"].as_array_mut().unwrap();
     for user in users.iter_mut() {
-        user["user"] = serde_yaml::from_str(&format!("token: {token}")).unwrap();
+        user["user"] = serde_saphyr::from_str(&format!("token: {token}")).unwrap();
     }
-    std::fs::write(path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(path, serde_saphyr::to_string(&config).unwrap()).unwrap();
 }
 
 #[tokio::test]

@@ -68,16 +68,16 @@ pub(super) async fn lagging_proxy(upstream: String) -> u16 {
 /// A copy of the test cluster's kubeconfig whose server is `127.0.0.1:port`.
 pub(super) fn kubeconfig_through(port: u16, path: &std::path::Path) -> String {
     let source = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test cluster");
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
+    let mut config: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(source).unwrap()).unwrap();
     let cluster = &mut config["clusters"][0]["cluster"];
     let server = cluster["server"].as_str().unwrap().to_string();
     let upstream = server
         .trim_start_matches("https://")
         .trim_end_matches('/')
         .to_string();
-    cluster["server"] = serde_yaml::Value::String(format!("https://127.0.0.1:{port}"));
-    std::fs::write(path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    cluster["server"] = Value::String(format!("https://127.0.0.1:{port}"));
+    std::fs::write(path, serde_saphyr::to_string(&config).unwrap()).unwrap();
     upstream
 }
 

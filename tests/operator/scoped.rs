@@ -14,8 +14,9 @@ use super::*;
 fn deploy_objects(name: &str) -> Vec<Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/operator.yml");
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).unwrap())
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
         .filter(|doc| doc["metadata"]["name"] == name)
         .collect()
 }
@@ -68,7 +69,10 @@ async fn a_namespace_scoped_install_reads_its_own_namespace_label() {
                 s["namespace"] = json!(name);
             }
         }
-        manifests.push_str(&format!("---\n{}", serde_yaml::to_string(&object).unwrap()));
+        manifests.push_str(&format!(
+            "---\n{}",
+            serde_saphyr::to_string(&object).unwrap()
+        ));
     }
     kubectl(&["-n", &name, "create", "serviceaccount", "mutantops"]);
     kubectl_with(&["apply"], &manifests);
