@@ -341,12 +341,14 @@ impl Writers {
     }
 }
 
+mod backoff;
 mod generated;
 mod index;
 mod reflect;
 mod stale;
 mod state;
 
+pub use backoff::WatchBackoff;
 pub use generated::{DeploymentCache, ServiceCache};
 use generated::{deployments, services};
 use reflect::{Cached, reflected, reflected_as};

@@ -276,7 +276,7 @@ fn the_scanner_reads_grouped_and_plain_paths() {
 const ROOMS: &[(&str, &[&str])] = &[
     (
         "cache",
-        &["state", "index", "stale", "reflect", "generated"],
+        &["backoff", "state", "index", "stale", "reflect", "generated"],
     ),
     (
         "crd",

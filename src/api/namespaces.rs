@@ -151,7 +151,7 @@ async fn watch_labelled(
     // Metadata only: a Namespace's spec and status are of no use here.
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
     let config = watcher::Config::default().labels(&format!("{API_LABEL}={ENABLED}"));
-    let events = watcher(api, config).default_backoff();
+    let events = watcher(api, config).backoff(crate::cache::WatchBackoff::default());
     let mut events = std::pin::pin!(events);
     let stopped = stop.wait();
     let mut stopped = std::pin::pin!(stopped);

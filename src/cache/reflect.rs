@@ -16,6 +16,7 @@ use kube::{
 };
 
 use super::{
+    backoff::WatchBackoff,
     stale::{Watching, relisting},
     state::{Cache, signalling},
 };
@@ -74,7 +75,7 @@ pub fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
     let api: Api<K> = scoped(client, namespace);
     let (store, writer) = reflector::store();
     let events = relisting(api, config.page_size(LIST_PAGE), cache, watching)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(slim)
         .reflect(writer)
         .inspect_ok(also)
@@ -107,7 +108,7 @@ where
     let (store, mut writer) = reflector::store::<S>();
     let reader = store.clone();
     let events = relisting(api, config.page_size(LIST_PAGE), cache, watching)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(slim)
         .map_ok(move |event| {
             let (kept, passed) = split_event(event, split);

@@ -41,6 +41,7 @@
 mod common;
 mod faults;
 mod model;
+mod restarts;
 mod setup;
 mod verify;
 mod workers;
@@ -77,6 +78,14 @@ pub(crate) const ADMIN: &str = "admin-token-for-the-chaos-suite-0123456789";
 pub(crate) const LEASE_SECONDS: &str = "6";
 /// The labels of each owner's first and second worker.
 pub(crate) const LABELS: [&[&str]; 2] = [&["a", "b", "c"], &["d", "e", TAKEN]];
+/// The owners of a run, in the order their workers draw from the seed.
+pub(crate) const OWNERS: [(Kind, &str); 5] = [
+    (Kind::Mutation, "m0"),
+    (Kind::Mutation, "m1"),
+    (Kind::Mutation, "m2"),
+    (Kind::MutantDeployment, "d0"),
+    (Kind::MutantDeployment, "d1"),
+];
 /// A label whose Deployment name is held by a foreign Deployment: declared, it is a Conflict.
 pub(crate) const TAKEN: &str = "taken";
 /// How long reads may fail (the API server restarting) before the test gives up.
@@ -119,52 +128,21 @@ async fn chaos_converges() {
         "chaos: seed {seed}, {seconds} s (replay: MUTANTOPS_CHAOS_SEED={seed} \
          MUTANTOPS_CHAOS_SECONDS={seconds})"
     ));
-    let script = cluster_script();
-    let ns = TestNamespace::new("chaos").await;
-    common::install_crds(&ns.client).await;
-    // Fixed ports and one log across restarts, as a pod behind its Service.
-    let operator = common::Operator::start_with(
-        &ns.name,
-        &[
-            ("MUTANT_API_TOKEN", ADMIN),
-            ("MUTANT_LEASE_DURATION_SECONDS", LEASE_SECONDS),
-        ],
-    );
-    let api_port = operator.api_port;
-    say(&format!(
-        "chaos: namespace {}, operator log {}",
-        ns.name,
-        operator.log.display()
-    ));
-    let ctx = Arc::new(Ctx {
-        client: ns.client.clone(),
-        ns: ns.name.clone(),
-        api_port,
-        script,
-        operator: tokio::sync::Mutex::new(operator),
-        stats: Mutex::new(Stats::default()),
-    });
-    wait_api(&ctx).await;
+    let (_ns, ctx) = start("chaos").await;
 
     // Three Mutations and two MutantDeployments; beside each, two foreign Deployments with its
     // labels: one on the name of its variant TAKEN, one on a name no variant has.
     let mut owners = Vec::new();
     let mut foreign = Vec::new();
-    let plan = [
-        (Kind::Mutation, "m0"),
-        (Kind::Mutation, "m1"),
-        (Kind::Mutation, "m2"),
-        (Kind::MutantDeployment, "d0"),
-        (Kind::MutantDeployment, "d1"),
-    ];
-    let mut rng = Rng::new(seed);
+    let (worker_rngs, fault_rng) = fault_rng(seed);
+    let mut worker_rngs = worker_rngs.into_iter();
     let mut workers = Vec::new();
-    for (i, (kind, name)) in plan.iter().enumerate() {
+    for (i, (kind, name)) in OWNERS.iter().enumerate() {
         let owner = Arc::new(create_owner(&ctx, *kind, name, i).await);
         foreign.push(create_foreign(&ctx, &owner, TAKEN).await);
         foreign.push(create_foreign(&ctx, &owner, "stray").await);
         for labels in LABELS {
-            let worker_rng = Rng::new(rng.next());
+            let worker_rng = worker_rngs.next().unwrap();
             workers.push(Worker::new(
                 owner.clone(),
                 labels,
@@ -177,7 +155,7 @@ async fn chaos_converges() {
 
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
-    let chaos_task = tokio::spawn(chaos(ctx.clone(), Rng::new(rng.next()), until, started));
+    let chaos_task = tokio::spawn(chaos(ctx.clone(), fault_rng, until, started));
     let tasks: Vec<_> = workers
         .into_iter()
         .map(|w| tokio::spawn(w.run(ctx.clone(), until)))

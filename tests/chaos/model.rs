@@ -303,9 +303,15 @@ impl Ctx {
     }
 
     pub(crate) async fn restart_apiserver(&self) {
+        self.restart_apiserver_after(Duration::ZERO).await;
+    }
+
+    /// Kills the API server and starts it again `down` later (whole seconds), ready.
+    pub(crate) async fn restart_apiserver_after(&self, down: Duration) {
         let started = Instant::now();
         let out = tokio::process::Command::new(&self.script)
             .arg("restart-apiserver")
+            .arg(down.as_secs().to_string())
             .output()
             .await
             .unwrap();

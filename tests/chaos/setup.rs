@@ -241,3 +241,35 @@ pub(crate) fn figures(ctx: &Ctx, seed: u64, seconds: u64, converged: &Convergenc
     .unwrap();
     out
 }
+
+/// A namespace named after `prefix` with the CRDs installed, and the operator running in it
+/// (the admin token, a short Lease; fixed ports and one log across its restarts, as a pod
+/// behind its Service) with its HTTP API answering.
+pub(crate) async fn start(prefix: &str) -> (TestNamespace, Arc<Ctx>) {
+    let script = cluster_script();
+    let ns = TestNamespace::new(prefix).await;
+    common::install_crds(&ns.client).await;
+    let operator = common::Operator::start_with(
+        &ns.name,
+        &[
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("MUTANT_LEASE_DURATION_SECONDS", LEASE_SECONDS),
+        ],
+    );
+    let api_port = operator.api_port;
+    say(&format!(
+        "{prefix}: namespace {}, operator log {}",
+        ns.name,
+        operator.log.display()
+    ));
+    let ctx = Arc::new(Ctx {
+        client: ns.client.clone(),
+        ns: ns.name.clone(),
+        api_port,
+        script,
+        operator: tokio::sync::Mutex::new(operator),
+        stats: Mutex::new(Stats::default()),
+    });
+    wait_api(&ctx).await;
+    (ns, ctx)
+}
