@@ -127,15 +127,35 @@ const SERVICES: &str = "/api/v1/namespaces/team/services";
 const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/team/deployments";
 const JSON: &str = "[application/json]";
 
+/// That `server` was asked two things: an apply of `web-a` in `collection`, then a dry run.
+fn applied_then_dry_run(server: &Server, collection: &str) {
+    let asked = server.asked();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[0].starts_with(&format!("PATCH {collection}/web-a?")),
+        "{asked:?}"
+    );
+    assert!(
+        asked[1].ends_with(&format!("&dryRun=All {JSON}")),
+        "{asked:?}"
+    );
+}
+
+/// Variant `a`'s Service as built, and as an older spec had it (a NodePort).
+fn service_and_older(o: &Owner) -> (Value, Value) {
+    let desired = variant::build_service(&base(), o, "a", &ServiceSpec::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut older = desired.clone();
+    older["spec"]["type"] = json!("NodePort");
+    (desired, older)
+}
+
 // R9, R36: a Service the cache does not know is POSTed; a taken name is looked up, and one of
 // this owner's made by a POST is handed over to server-side apply, then applied.
 #[tokio::test]
 async fn a_taken_services_name_is_looked_up_handed_over_and_applied() {
     let o = owner();
-    let desired = variant::build_service(&base(), &o, "a", &ServiceSpec::default())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut older = desired.clone();
-    older["spec"]["type"] = json!("NodePort");
+    let (desired, older) = service_and_older(&o);
     let (server, client) = Server::new(vec![
         status(409, "AlreadyExists", json!([])),
         (200, served(&older, true)),
@@ -207,10 +227,7 @@ async fn someone_elses_service_is_left_alone() {
 #[tokio::test]
 async fn a_services_500_is_dry_run_and_its_refusal_is_its_own() {
     let o = owner();
-    let desired = variant::build_service(&base(), &o, "a", &ServiceSpec::default())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut older = desired.clone();
-    older["spec"]["type"] = json!("NodePort");
+    let (desired, older) = service_and_older(&o);
     let field = json!([{"field": "spec.ports[0].port", "message": "bad"}]);
     let (server, client) = Server::new(vec![
         status(500, "InternalError", json!([])),
@@ -234,16 +251,7 @@ async fn a_services_500_is_dry_run_and_its_refusal_is_its_own() {
             denied: false
         }
     );
-    let asked = server.asked();
-    assert_eq!(asked.len(), 2, "{asked:?}");
-    assert!(
-        asked[0].starts_with(&format!("PATCH {SERVICES}/web-a?")),
-        "{asked:?}"
-    );
-    assert!(
-        asked[1].ends_with(&format!("&dryRun=All {JSON}")),
-        "{asked:?}"
-    );
+    applied_then_dry_run(&server, SERVICES);
 }
 
 /// The variant `a` of the base, planned.
@@ -319,16 +327,7 @@ async fn a_malformed_deployment_asks_whether_the_base_is_at_fault() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(driven.done, done);
-        let asked = server.asked();
-        assert_eq!(asked.len(), 2, "{asked:?}");
-        assert!(
-            asked[0].starts_with(&format!("PATCH {DEPLOYMENTS}/web-a?")),
-            "{asked:?}"
-        );
-        assert!(
-            asked[1].ends_with(&format!("&dryRun=All {JSON}")),
-            "{asked:?}"
-        );
+        applied_then_dry_run(&server, DEPLOYMENTS);
         let _: Option<Arc<ObservedDeployment>> = driven.current;
     }
 }
