@@ -37,7 +37,7 @@ use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::{
     client::legacy::{Client as HttpClient, connect::HttpConnector},
-    rt::TokioExecutor,
+    rt::{TokioExecutor, TokioTimer},
 };
 use kube::{
     Client,
@@ -54,6 +54,12 @@ use crate::{Error, Result};
 /// tokens are replaced by the kubelet well before they expire (at 80% of their life, at least
 /// an hour), the CA when the cluster's CA is rotated; client-go re-reads on the same schedule.
 const FILE_REFRESH: Duration = Duration::from_secs(60);
+
+/// How long a connection to the API server is kept open unused before it is closed. hyper-util
+/// closes idle connections on time only with a pool timer: without one the pool kept every
+/// connection a burst of requests had opened for as long as the process ran, the oldest
+/// behind the one in use (scripts/soak: one more socket at rest after a few minutes of churn).
+const POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// Where the connection settings come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,8 +233,10 @@ pub fn build_with(
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let http_client: HttpClient<_, Body> =
-        HttpClient::builder(TokioExecutor::new()).build(connector);
+    let http_client: HttpClient<_, Body> = HttpClient::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .build(connector);
 
     let extra_headers = config
         .extra_headers_layer()
