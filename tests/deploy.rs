@@ -89,7 +89,7 @@ fn operator_manifest_hardening() {
     assert_eq!(sc["capabilities"]["drop"][0], "ALL");
     let requests = &container["resources"]["requests"];
     assert_eq!(requests["cpu"], "10m");
-    assert_eq!(requests["memory"], "16Mi");
+    assert_eq!(requests["memory"], "20Mi");
     let env = |name: &str| {
         let all = container["env"].as_array().unwrap();
         all.iter()
