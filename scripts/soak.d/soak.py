@@ -260,6 +260,10 @@ class Soak:
         a, b = self.replicas
         if self.holder() == "soak-b":
             b.stop()
+            # a takes the Lease b released before b is back, or b would often take it again
+            deadline = time.time() + 3 * LEASE_SECONDS
+            while self.holder() != "soak-a" and time.time() < deadline:
+                time.sleep(0.2)
             b.start()
             self.faults["b restarted while leading"] += 1
         else:
