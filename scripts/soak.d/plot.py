@@ -117,7 +117,8 @@ def write_docs(out, repo):
     text = ["# A long soak", "",
             "Written by `scripts/soak --write` (its header says what a cycle does and what is judged); the",
             "short form runs in `scripts/test` (`MUTANTOPS_SOAK_SECONDS=90`). This run: "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{commit}`, the release binary, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{commit}`, the binary of "
+            "`MUTANTOPS_SOAK_BINARY` (default: the release build), "
             "on the local control plane of `scripts/cluster`, 2 cores.", "",
             (out / "summary.md").read_text(), "![replica a over the run](soak.svg)", ""]
     (repo / "docs/soak.md").write_text("\n".join(text))
