@@ -39,8 +39,12 @@ upgrade_previous() {
         log "the previous release ${PREVIOUS:0:7}: cached in $cache"
         return
     fi
-    git -C "$repo" cat-file -e "$PREVIOUS^{commit}" 2>/dev/null \
-        || fail "commit $PREVIOUS (the previous release) is not in this clone: fetch it (git fetch --unshallow)"
+    if ! git -C "$repo" cat-file -e "$PREVIOUS^{commit}" 2>/dev/null; then
+        log "commit $PREVIOUS (the previous release) is not in this clone: fetching it from origin"
+        git -C "$repo" fetch -q --depth=1 origin "$PREVIOUS" 2>/dev/null || true
+        git -C "$repo" cat-file -e "$PREVIOUS^{commit}" 2>/dev/null \
+            || fail "commit $PREVIOUS (the previous release) is neither in this clone nor fetched from origin: fetch it (git fetch --unshallow)"
+    fi
     src=$cache/src
     rm -rf "$src"
     mkdir -p "$cache"
