@@ -75,7 +75,7 @@ pull_failed() {
 }
 
 rollout_checks() {
-    local old_radxa old_epaper old_lily p
+    local old_radxa old_epaper old_lily p label image
     rollout_snap "$STANDIN" | kc -n "$NS" apply -f - >/dev/null
     wait_until 120 "rollout-snap ready, its rollout Complete" rollout_complete
     old_lily=$(variant_pods lily) old_radxa=$(variant_pods radxa) old_epaper=$(variant_pods epaper)
