@@ -14,6 +14,7 @@ import json
 import time
 from pathlib import Path
 
+import cpu
 from common import die, log, num, tenths, write_json
 from kube import Watch
 
@@ -203,7 +204,9 @@ def point(b, kind, ns, n, folder, timeout):
     (tenths, None when not within the timeout), the last counts, whether all were reached
     (`converged`), `apply_s` (the create itself) and the controller's requests (`requests`,
     audit log, between a mark taken before the first create and one at convergence), also
-    written to `folder` as converge.json and requests.json."""
+    written to `folder` as converge.json and requests.json; and the CPU each process used
+    (cpu.py) until the controller's writes were done (`cpu_writes`, when they were) and until
+    convergence (`cpu_all`)."""
     make, watch_of, what, agent = KINDS[kind]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -214,6 +217,9 @@ def point(b, kind, ns, n, folder, timeout):
         watch.start()
     except RuntimeError as e:
         die(f"the convergence watcher failed: {e}")
+    controller = b.operator_pid() if kind == "mutations" else b.peer.pid
+    sampler = cpu.Sampler({**cpu.cluster_pids(b.cluster_dir), agent.rstrip("/"): controller})
+    sampler.start()
     start_mark = b.audit_mark()
     t0 = time.time()
     log(f"applying: {parts} x kubectl create -f <List of {n // parts}+ {what}>")
@@ -225,7 +231,11 @@ def point(b, kind, ns, n, folder, timeout):
     except RuntimeError as e:
         die(f"the convergence watcher failed: {e}")
     end_mark = b.audit_mark()
+    sampler.stop()
+    writes_done = reached.get("deployments") or reached.get("replicasets")
     res = {k: None if t is None else tenths(t - t0) for k, t in reached.items()}
+    res["cpu_writes"] = sampler.between(t0, writes_done) if writes_done else None
+    res["cpu_all"] = sampler.between(t0, time.time())
     res.update({f"{k}_count": last[k] for k in targets})
     res["converged"] = all(t is not None for t in reached.values())
     res["apply_s"] = f"{apply_s:.1f}"

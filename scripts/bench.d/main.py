@@ -91,8 +91,13 @@ def start_cluster(b):
     b.R["k8s"] = (version.get("serverVersion") or {}).get("gitVersion") or "null"
     crd = subprocess.run([str(BIN), "crd"], stdout=subprocess.PIPE, check=True).stdout
     b.kubectl("apply", "--server-side", "--field-manager=mutantops-bench", "-f", "-", input=crd)
-    b.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-              "crd/mutations.neiam.org", "crd/mutantdeployments.neiam.org")
+    # A CRD created a moment ago may have no conditions yet, which `kubectl wait` takes for an
+    # error rather than for "not yet": asked again until it says Established or 60 s passed.
+    deadline = time.monotonic() + 60
+    while b.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mutations.neiam.org",
+                    "crd/mutantdeployments.neiam.org", check=time.monotonic() > deadline,
+                    stderr=subprocess.DEVNULL).returncode:
+        time.sleep(0.5)
     b.create_namespace(LEASE_NS)
 
 

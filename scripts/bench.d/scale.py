@@ -12,6 +12,7 @@ import subprocess
 import time
 
 import converge
+import cpu
 import profiles
 import steady
 from common import (HEAP_BIN, HEAP_DIR, MUSL_BIN, REPO, die, joined, log, need, num, step, suffix, tail, tenths,
@@ -28,6 +29,9 @@ def measure(b):
     time.sleep(2)
     res = converge.point(b, "mutations", ns, N, b.path("scale"), b.TIMEOUT)
     R["apply_s"] = res["apply_s"]
+    R["cpu_writes"] = cpu.text(res["cpu_writes"], os.cpu_count()) if res["cpu_writes"] else "-"
+    R["cpu_all"] = cpu.text(res["cpu_all"], os.cpu_count())
+    log(f"CPU while the operator wrote: {R['cpu_writes']}")
     R["converged"] = num(res["converged"])
     if res["converged"]:
         R["conv_deps"], R["conv_observed"] = f"{num(res['deployments'])} s", f"{num(res['observed'])} s"

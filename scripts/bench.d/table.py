@@ -14,7 +14,9 @@ from common import (PEAK_RSS_TARGET_KIB, SCALE_RSS_TARGET_KIB, bytes_mib, ge, ki
 SIZE_TARGET = 6 * 1024 * 1024
 CONVERGE_TARGET_S = 60
 WRITES_TARGET_S = 25               # the operator's writes for 1000 x 5 done
-REQUESTS_PER_VARIANT_TARGET = 1.5
+# Issue 39: 1.6, the floor of the spec's writes when one status write per Mutation suffices
+# (issue 14 asked 1.5, below that floor: analysis.md).
+REQUESTS_PER_VARIANT_TARGET = 1.6
 LEASE_TARGET_PER_MIN = 12          # the leader renews with an UPDATE alone every 5 s
 RPS_TARGET = 50000
 P99_TARGET_MS = 2
@@ -49,11 +51,13 @@ def rows(b):
             deps_judge = met(le(R["conv_deps"][:-2], WRITES_TARGET_S))
     yield row(f"convergence: all {N * V} Deployments with the declared spec (the operator's writes done)",
               R["conv_deps"], deps_target, deps_judge)
+    yield row("  ... CPU from the create until then, per process", R.get("cpu_writes", "not measured"), "-", "-")
     yield row("  ... and observed by the Deployment controller (kube-controller-manager)", R["conv_observed"], "-", "-")
     if converged:
         yield row("convergence: every Mutation Ready (status reported)", f"{R['conv_ready']} s", "≤ 60 s",
                   met(le(R["conv_ready"], CONVERGE_TARGET_S)))
         yield row("  ... of which after the Deployment controller was done (operator lag)", f"{R['conv_lag']} s", "-", "-")
+        yield row("  ... CPU from the create until then, per process", R.get("cpu_all", "not measured"), "-", "-")
     else:
         yield row("convergence: every Mutation Ready (status reported)", R["conv_ready_text"], "≤ 60 s", "MISSED")
     yield row("operator requests for the convergence (not watches, not the Lease)",
