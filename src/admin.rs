@@ -19,8 +19,8 @@ use crate::{
 };
 
 /// The most connections the metrics listener keeps open: the kubelet's probes and a few
-/// scrapers.
-const METRICS_MAX_CONNECTIONS: usize = 64;
+/// scrapers (lowered when the descriptor limit is small: `http::descriptors`).
+pub const METRICS_MAX_CONNECTIONS: usize = 64;
 
 /// What the listener reads.
 pub struct AdminState {
@@ -101,6 +101,7 @@ pub fn handle(
 pub async fn serve(
     state: Arc<AdminState>,
     listener: tokio::net::TcpListener,
+    max_connections: usize,
     shutdown: Shutdown,
 ) -> crate::Result<()> {
     http::serve(
@@ -108,7 +109,7 @@ pub async fn serve(
         listener,
         // A cap of its own: probes and scrapes keep working whatever the API's clients do.
         ServerConfig {
-            max_connections: METRICS_MAX_CONNECTIONS,
+            max_connections,
             ..ServerConfig::default()
         },
         // /metrics and the probes stay plain HTTP, whatever the API speaks

@@ -25,6 +25,9 @@ pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
 /// Default `MUTANT_API_BUFFER_MIB`: what the API holds of request bodies and answers at once
 /// (issue 35, item 2); one caller holds at most a quarter of it.
 pub const DEFAULT_API_BUFFER_MIB: usize = 8;
+/// Default `MUTANT_API_REQUEST_DEADLINE_SECONDS` (issue 40, item 2): a device's firmware
+/// gives up after 4.5 to 5 s (ESPHome, TRMNL), so the answer, a 503 at worst, comes before.
+pub const DEFAULT_API_REQUEST_DEADLINE_SECONDS: u64 = 4;
 /// Default `MUTANT_STALE_AFTER_SECONDS`: two Lease durations.
 pub const DEFAULT_STALE_AFTER_SECONDS: u64 = 30;
 /// How often kube-apiserver sends a bookmark on a watch that asked for them: its watch cache
@@ -106,6 +109,9 @@ pub struct Config {
     /// `MUTANT_API_BUFFER_MIB`: the MiB of request bodies and answers the API holds at once,
     /// beyond 16 KiB each; a caller holds at most a quarter.
     pub api_buffer_mib: usize,
+    /// `MUTANT_API_REQUEST_DEADLINE_SECONDS`: how long the API takes over one request at
+    /// most, every call it makes to the API server included; then it answers 503.
+    pub api_request_deadline: Duration,
     /// `MUTANT_STALE_AFTER_SECONDS`: how long the API server may fail to answer before this
     /// replica stops answering from its caches and reports not ready.
     pub stale_after: Duration,
@@ -245,6 +251,12 @@ impl Config {
             1024,
         )?)
         .unwrap_or(DEFAULT_API_BUFFER_MIB);
+        let api_request_deadline = Duration::from_secs(whole(
+            "MUTANT_API_REQUEST_DEADLINE_SECONDS",
+            DEFAULT_API_REQUEST_DEADLINE_SECONDS,
+            1,
+            60,
+        )?);
         let stale_after = Duration::from_secs(whole(
             "MUTANT_STALE_AFTER_SECONDS",
             DEFAULT_STALE_AFTER_SECONDS,
@@ -342,6 +354,7 @@ impl Config {
             api_namespaces,
             api_max_connections,
             api_buffer_mib,
+            api_request_deadline,
             stale_after,
             watch_stale_after,
             metrics_max_devices,

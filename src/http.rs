@@ -21,6 +21,8 @@
 //!   closed to make room, and a new one is refused (503 with `Retry-After` over plain HTTP)
 //!   only when none may be closed (`conns.rs`); one client address has at most half of them
 //!   busy at once, its next request answered 503 (`shares.rs`);
+//! - the two listeners' caps together leave a reserve of the descriptors the process may open
+//!   for its own connections and files, lowered at start when they would not (`descriptors.rs`);
 //! - a failing `accept` (for example `EMFILE`) is logged and retried, never ends the loop;
 //! - on shutdown the listener is closed first, then in-flight requests are drained for at
 //!   most [`ServerConfig::drain_timeout`].
@@ -47,7 +49,9 @@ mod body;
 mod budget;
 mod conns;
 mod deadline;
+pub mod descriptors;
 mod limits;
+pub mod overdue;
 mod response;
 mod shares;
 

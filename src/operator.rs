@@ -104,6 +104,13 @@ pub async fn run(config: Config) -> Result<()> {
         .as_ref()
         .map(http::tls::server_config)
         .transpose()?;
+    // Issue 40, item 1: both listeners' caps within the descriptors the process may open.
+    let wanted = http::descriptors::Caps {
+        api: config.api_max_connections,
+        metrics: admin::METRICS_MAX_CONNECTIONS,
+    };
+    let caps = http::descriptors::fit_process(wanted)
+        .map_err(|too_few| crate::Error::Config(too_few.to_string()))?;
     let health = connect::Health::default();
     let watch_stale_after = Some(config.watch_stale_after);
     let client = connect::client_with_health(USER_AGENT, &health, watch_stale_after).await?;
@@ -191,13 +198,14 @@ pub async fn run(config: Config) -> Result<()> {
     let api_listed = served.listed();
     let buffer_bytes = config.api_buffer_mib.saturating_mul(1024 * 1024);
     let server = ServerConfig {
-        max_connections: config.api_max_connections,
+        max_connections: caps.api,
         buffer_bytes,
         buffer_share: buffer_bytes / 4,
         ..ServerConfig::default()
     };
     let state = Arc::new(ApiState {
         metrics: metrics.clone(),
+        deadline: config.api_request_deadline,
         ..ApiState::new(client, caches.clone(), auth, server, served, pod_security)
     });
     let admin_state = Arc::new(AdminState {
@@ -206,7 +214,12 @@ pub async fn run(config: Config) -> Result<()> {
         api_connections: Some(state.connections.clone()),
         api_listed: Some(api_listed),
     });
-    let admin_task = tokio::spawn(admin::serve(admin_state, metrics_listener, stop.clone()));
+    let admin_task = tokio::spawn(admin::serve(
+        admin_state,
+        metrics_listener,
+        caps.metrics,
+        stop.clone(),
+    ));
     let api = tokio::spawn(api::serve(state, api_listener, api_tls, stop));
 
     shutdown::signal().await?;

@@ -337,7 +337,16 @@ const ROOMS: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "response", "limits", "deadline", "shares", "conns", "budget", "body", "tls",
+            "response",
+            "limits",
+            "deadline",
+            "shares",
+            "conns",
+            "budget",
+            "body",
+            "tls",
+            "descriptors",
+            "overdue",
         ],
     ),
     (

@@ -83,7 +83,7 @@ pub async fn validate(
             .into_iter()
             .filter_map(|m| Some((m.metadata.name?, m.metadata.resource_version)))
             .collect();
-        let deadline = tokio::time::Instant::now() + SECRET_WAIT;
+        let deadline = crate::http::overdue::until(tokio::time::Instant::now() + SECRET_WAIT);
         let shown = |caches: &Caches, _: &CacheState| {
             let all = wanted.iter().all(|(name, version)| {
                 let key = ObjectRef::new(name).within(ns);
@@ -152,7 +152,7 @@ pub async fn refresh(state: &ApiState, asker: &Asker, ns: &str, name: &str, need
     }
     let secret_key = ObjectRef::new(&secret_name(name)).within(ns);
     if need == Need::Secret && state.caches.secrets.get(&secret_key).is_none() {
-        let deadline = tokio::time::Instant::now() + SECRET_WAIT;
+        let deadline = crate::http::overdue::until(tokio::time::Instant::now() + SECRET_WAIT);
         let _ = state
             .caches
             .until(Some(deadline), |caches: &Caches, _: &CacheState| {
@@ -221,7 +221,7 @@ pub(crate) async fn catch_up(
     resource_version: Option<&str>,
 ) {
     let key = ObjectRef::new(name).within(ns);
-    let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
+    let deadline = crate::http::overdue::until(tokio::time::Instant::now() + CACHE_CATCH_UP);
     let caught_up = |caches: &Caches, _: &CacheState| {
         let cached = caches.mutations.get(&key);
         let done = match (&cached, resource_version) {

@@ -59,7 +59,15 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
         || http::Key::from("unknown client"),
         |peer| http::Key::from(format!("address {}", peer.0.ip())),
     );
-    let result = dispatch(&state, req, &mut key).await;
+    // Issue 40, item 2: one deadline over the whole request, every API-server call included.
+    let result = match http::overdue::within(state.deadline, dispatch(&state, req, &mut key)).await
+    {
+        Ok(result) => result,
+        Err(overdue) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            overdue.message(),
+        )),
+    };
     let response = result.unwrap_or_else(ApiError::response);
     // Issue 35, item 2: the answer holds its bytes until the client has taken it.
     let response = http::hold_answer(response, state.buffers.open(key)).unwrap_or_else(|refused| {
@@ -229,20 +237,20 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     match route.action {
         Action::ListMutations => mutations::list(state, ns),
         Action::CreateMutation => {
-            let body = read_json(state, req, limit, held).await?;
+            let body = http::overdue::excluding(read_json(state, req, limit, held)).await?;
             mutations::create(state, ns, body).await
         }
         Action::GetMutation => mutations::get(state, &caller, ns, name).await,
         Action::DeleteMutation => mutations::delete(state, ns, name).await,
         Action::ListVariants => variants::list(state, &caller, ns, name).await,
         Action::AddVariant => {
-            let body = read_json(state, req, limit, held).await?;
+            let body = http::overdue::excluding(read_json(state, req, limit, held)).await?;
             charge(state, &caller)?;
             variants::add(state, &caller, ns, name, body).await
         }
         Action::GetVariant => variants::get(state, &caller, at).await,
         Action::ScaleVariant => {
-            let body = read_json(state, req, limit, held).await?;
+            let body = http::overdue::excluding(read_json(state, req, limit, held)).await?;
             charge(state, &caller)?;
             variants::scale(state, &caller, at, body).await
         }
@@ -251,7 +259,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
             variants::remove(state, &caller, at).await
         }
         Action::EnrollDevice => {
-            let body = read_json(state, req, limit, held).await?;
+            let body = http::overdue::excluding(read_json(state, req, limit, held)).await?;
             charge(state, &caller)?;
             devices::enroll(state, &caller, ns, name, body).await
         }

@@ -113,7 +113,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
         field_manager: Some("mutantops-api".into()),
         ..PostParams::default()
     };
-    let created = match api.create(&params, &mutation).await {
+    let created = match crate::http::overdue::write(api.create(&params, &mutation)).await {
         Ok(created) => created,
         Err(kube::Error::Api(status)) if status.code == 409 => {
             return Err(ApiError::conflict(format!(
@@ -141,7 +141,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
 /// Waits (briefly) until the cached Mutation reports its Secret, and returns it.
 async fn wait_for_secret(state: &ApiState, ns: &str, name: &str) -> Option<Arc<Mutation>> {
     let key = ObjectRef::new(name).within(ns);
-    let deadline = tokio::time::Instant::now() + SECRET_WAIT;
+    let deadline = crate::http::overdue::until(tokio::time::Instant::now() + SECRET_WAIT);
     let reported = |caches: &Caches, _: &CacheState| {
         caches
             .mutations
@@ -173,7 +173,7 @@ pub async fn delete(state: &ApiState, ns: &str, name: &str) -> ApiResult {
         }),
         ..DeleteParams::background()
     };
-    match api.delete(name, &params).await {
+    match crate::http::overdue::write(api.delete(name, &params)).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => {
             return Err(ApiError::not_found(format!(

@@ -62,7 +62,7 @@ pub(super) async fn wait_registry<F: Fn(&Registry) -> bool>(
     done: F,
 ) {
     let key = ObjectRef::new(&devices_secret_name(name)).within(ns);
-    let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
+    let deadline = crate::http::overdue::until(tokio::time::Instant::now() + CACHE_CATCH_UP);
     let _ = state
         .caches
         .until(Some(deadline), |caches: &Caches, _: &CacheState| {
@@ -128,7 +128,7 @@ where
             Some(mut secret) => {
                 secret.data = data;
                 secret.string_data = None;
-                api.replace(&name, &params, &secret).await
+                crate::http::overdue::write(api.replace(&name, &params, &secret)).await
             }
             None => {
                 let secret = Secret {
@@ -146,7 +146,7 @@ where
                     data,
                     ..Secret::default()
                 };
-                api.create(&params, &secret).await
+                crate::http::overdue::write(api.create(&params, &secret)).await
             }
         };
         match result {

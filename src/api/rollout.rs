@@ -84,7 +84,7 @@ async fn annotate(
         field_manager: Some("mutantops-api".into()),
         ..PatchParams::default()
     };
-    match api.patch(name, &params, &Patch::Merge(&patch)).await {
+    match crate::http::overdue::write(api.patch(name, &params, &Patch::Merge(&patch))).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Err(ApiError::conflict(format!(
             "mutation {ns}/{name} changed meanwhile; read its status.rollout and try again"

@@ -56,6 +56,9 @@ pub struct ApiState {
     pub connections: Arc<crate::http::Connections>,
     /// The operator's metrics (polls answered `ready: false`, R42).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// How long one request may take, all its calls to the API server included
+    /// (`MUTANT_API_REQUEST_DEADLINE_SECONDS`, issue 40, item 2).
+    pub deadline: std::time::Duration,
 }
 
 impl ApiState {
@@ -88,6 +91,9 @@ impl ApiState {
             in_flight: crate::http::Shares::new(server.max_connections / 4),
             connections: crate::http::connections(&server),
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            deadline: std::time::Duration::from_secs(
+                crate::config::DEFAULT_API_REQUEST_DEADLINE_SECONDS,
+            ),
         }
     }
 

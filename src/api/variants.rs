@@ -316,7 +316,7 @@ where
             field_manager: Some("mutantops-api".into()),
             ..PatchParams::default()
         };
-        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+        match crate::http::overdue::write(api.patch(name, &params, &Patch::Merge(&patch))).await {
             Ok(updated) => {
                 // The next edit reads the Mutation fresh from the API server, not from the
                 // cache: it need not wait while this one's answer waits for the cache.

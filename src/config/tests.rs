@@ -215,6 +215,8 @@ fn api_namespaces_connections_and_staleness() {
     assert_eq!(c.api_namespaces, None);
     assert_eq!(c.api_max_connections, DEFAULT_API_MAX_CONNECTIONS);
     assert_eq!(c.api_buffer_mib, DEFAULT_API_BUFFER_MIB);
+    // Issue 40, item 2: under the 4.5 s after which firmware gives up.
+    assert_eq!(c.api_request_deadline, Duration::from_secs(4));
     assert_eq!(c.stale_after, Duration::from_secs(30));
     // Issue 35, item 7: twice the API server's bookmark interval.
     assert_eq!(c.watch_stale_after, Duration::from_secs(120));
@@ -223,6 +225,7 @@ fn api_namespaces_connections_and_staleness() {
         ("MUTANT_API_NAMESPACES", " boards, kiosks ,"),
         ("MUTANT_API_MAX_CONNECTIONS", "64"),
         ("MUTANT_API_BUFFER_MIB", "2"),
+        ("MUTANT_API_REQUEST_DEADLINE_SECONDS", "9"),
         ("MUTANT_STALE_AFTER_SECONDS", "5"),
         ("MUTANT_WATCH_STALE_AFTER_SECONDS", "6"),
         ("MUTANT_METRICS_MAX_DEVICES", "0"),
@@ -236,6 +239,7 @@ fn api_namespaces_connections_and_staleness() {
     assert_eq!(c.api_max_connections, 64);
     // Issue 35, item 2.
     assert_eq!(c.api_buffer_mib, 2);
+    assert_eq!(c.api_request_deadline, Duration::from_secs(9));
     assert_eq!(c.stale_after, Duration::from_secs(5));
     assert_eq!(c.watch_stale_after, Duration::from_secs(6));
     assert_eq!(
@@ -250,6 +254,8 @@ fn api_namespaces_connections_and_staleness() {
         ("MUTANT_API_MAX_CONNECTIONS", "lots"),
         ("MUTANT_API_BUFFER_MIB", "0"),
         ("MUTANT_API_BUFFER_MIB", "1025"),
+        ("MUTANT_API_REQUEST_DEADLINE_SECONDS", "0"),
+        ("MUTANT_API_REQUEST_DEADLINE_SECONDS", "61"),
         ("MUTANT_STALE_AFTER_SECONDS", "0"),
         ("MUTANT_WATCH_STALE_AFTER_SECONDS", "3"),
         ("MUTANT_METRICS_MAX_DEVICES", "100001"),

@@ -61,7 +61,9 @@ where
             "metadata": { "resourceVersion": current.metadata.resource_version },
             "status": { "devices": devices, "deviceSummary": summary(&devices) },
         });
-        match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
+        match crate::http::overdue::write(api.patch_status(name, &params, &Patch::Merge(&patch)))
+            .await
+        {
             Ok(updated) => return Ok(Written::Yes(Box::new(updated))),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 last = Some(kube::Error::Api(status));

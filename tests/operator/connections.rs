@@ -91,3 +91,51 @@ async fn idle_connections_cannot_take_the_operators_descriptors() {
         "the operator ran out of descriptors"
     );
 }
+
+/// Issue 40, item 1 (R34): with the default `MUTANT_API_MAX_CONNECTIONS` (256) and a
+/// descriptor limit of 160, 400 idle clients used to exhaust the descriptors: the admin got no
+/// answer, and the log said "Too many open files" 98 times. Now the caps of both listeners are
+/// lowered at start to fit the limit, with a log line saying so; under 400 idle connections to
+/// the API and 100 to the metrics listener the admin and the probe are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn the_default_caps_fit_a_small_descriptor_limit() {
+    let ns = TestNamespace::new("connfit").await;
+    common::install_crds(&ns.client).await;
+    let operator = Operator::start_limited(&ns.name, &[("MUTANT_API_TOKEN", ADMIN)], Some(160));
+    let f = Fixture { operator, ns };
+    let (api, metrics) = (f.operator.api_port, f.operator.metrics_port);
+    wait_api(api, &f.ns.name).await;
+    let log = f.operator.log_text();
+    assert!(
+        log.contains("MUTANT_API_MAX_CONNECTIONS lowered") && log.contains("cap=56"),
+        "no log line of the lowered cap: {log}"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (to_api, to_metrics) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    idle_flood(api, 400, stop.clone(), to_api.clone());
+    idle_flood(metrics, 100, stop.clone(), to_metrics.clone());
+    wait_for("400 and 100 idle connections", CONVERGE, || async {
+        let (a, m) = (
+            to_api.load(Ordering::Relaxed),
+            to_metrics.load(Ordering::Relaxed),
+        );
+        (a >= 400 && m >= 100).then_some(()).ok_or((a, m))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    for _ in 0..3 {
+        let list = f.call("GET", "/mutations", Some(ADMIN), None).await;
+        assert_eq!(list.status, 200, "{list:?}");
+        let ready = common::http::request(metrics, "GET", "/readyz", None, None).await;
+        assert_eq!(ready.status, 200, "{ready:?}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let log = f.operator.log_text();
+    assert!(
+        !log.contains("Too many open files"),
+        "the operator ran out of descriptors"
+    );
+}

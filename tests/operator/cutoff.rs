@@ -63,7 +63,8 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
     assert_eq!(readyz(metrics).await.0, 200);
 
     // The API server stalls. Item 9: a device's POST, which needs the server (its dry run),
-    // is answered at the call's deadline, with Retry-After; it was left without an answer.
+    // is answered at the request's deadline (4 s, tests/operator/deadline.rs), with Retry-After;
+    // it was left without an answer.
     proxy.stall_all();
     let began = Instant::now();
     let add = json!({"label": "b", "instances": 0}).to_string();

@@ -27,6 +27,7 @@ mod conflicts;
 mod connect;
 mod connections;
 mod cutoff;
+mod deadline;
 mod devices;
 mod devices_liveness;
 mod editors;
