@@ -100,7 +100,7 @@ pub use service::{
     ObservedService, PortView, ServiceView, build_service, resolve_service, serves,
     service_needs_apply, service_ports, service_status, services_column, validate_service,
 };
-pub use status::{ready_condition, summary, variant_state};
+pub use status::{only_progress, ready_condition, summary, variant_state};
 pub use step::Step;
 pub use validate::{
     Base, MAX_BASE_DEPTH, check_variant_count, validate_variant, validate_variants,

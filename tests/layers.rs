@@ -384,6 +384,7 @@ const ROOMS: &[(&str, &[&str])] = &[
         &[
             "events",
             "announce",
+            "hold",
             "context",
             "secret",
             "devices",

@@ -53,6 +53,8 @@ pub struct Context {
     pub written: WrittenStatuses,
     /// The bases of revisions a rollout holds variants on (issue 37).
     pub revisions: RevisionMemory,
+    /// When the statuses of progress under way were first put off (issue 39, item 4).
+    pub progress: super::hold::ProgressHold,
 }
 
 /// The bases of the revisions a rollout holds variants on, per owner uid and revision, as

@@ -12,6 +12,7 @@ mod announce;
 mod context;
 mod devices;
 mod events;
+mod hold;
 mod reconcile;
 pub mod rollout;
 pub mod secret;
@@ -122,6 +123,7 @@ where
         expiry: context::ExpiryMemory::default(),
         written: context::WrittenStatuses::default(),
         revisions: context::RevisionMemory::default(),
+        progress: hold::ProgressHold::default(),
     });
     // Issue 35, item 4: the counts of repeated Events are written even when the repeats
     // stop; the task ends with the controller (its context).

@@ -18,7 +18,7 @@
 //!
 //! Reads come from the controller's caches; a steady state makes no request at all.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, runtime::controller::Action};
@@ -169,10 +169,17 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // creation brings (their watch events re-queue this owner within the debounce): a status
     // written now would say only "Progressing" and be written over at once. Creation happens
     // once per Deployment, so this cannot put the status off for long.
+    // Issue 39, item 4: partial progress waits a moment for the rest (`hold`).
+    let mut put_off = None;
     if status != previous && created.is_empty() {
-        write::status::<K>(&ctx, &owner, &status).await?;
-        ctx.wrote(&owner.uid, obj.as_ref(), &status);
-        sleep::count(&ctx, &previous, &status);
+        put_off = ctx
+            .progress
+            .put_off(&owner.uid, &previous, &status, Instant::now());
+        if put_off.is_none() {
+            write::status::<K>(&ctx, &owner, &status).await?;
+            ctx.wrote(&owner.uid, obj.as_ref(), &status);
+            sleep::count(&ctx, &previous, &status);
+        }
     }
     // R40: the devices' states as time changes them, requeued for the next change.
     let device_change = match &device_policy {
@@ -190,7 +197,9 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         .into_iter()
         .flatten();
     let after = changes.fold(after, |after, change| after.min(change + DEVICE_SLACK));
-    Ok(Action::requeue(after))
+    Ok(Action::requeue(
+        put_off.map_or(after, |left| after.min(left)),
+    ))
 }
 
 /// Step 1, for a Mutation: its Secret, made if missing. Returns the Secret's name when the

@@ -2,7 +2,7 @@
 
 use super::observed::{ObservedDeployment, RolloutCounts};
 use super::owner::READY_CONDITION;
-use crate::crd::{Condition, VariantState, VariantStatus};
+use crate::crd::{Condition, OwnerStatus, VariantState, VariantStatus};
 
 /// State of a valid variant from its Deployment (R11), with the replicas to report:
 /// `(state, replicas, ready_replicas)`.
@@ -124,4 +124,60 @@ fn named(statuses: &[VariantStatus], state: VariantState, what: &str) -> Option<
         list.push_str(", ...");
     }
     Some(format!("{} {what}: {list}", labels.len()))
+}
+
+/// Whether `new` differs from `previous` only by progress still under way (issue 39, item 4):
+/// some variants that were Progressing are Ready now, or have more ready replicas, while
+/// another still is Progressing; nothing else changed (no variant went back, no new problem,
+/// no other field) but the summary and the Ready condition's message that count them. Such a
+/// status may wait a moment for the rest (the Deployment controller observes an owner's
+/// Deployments one after another), where any other change is written at once (R12).
+pub fn only_progress(previous: &OwnerStatus, new: &OwnerStatus) -> bool {
+    let still_progressing = new
+        .variants
+        .iter()
+        .any(|v| v.state == VariantState::Progressing);
+    if !still_progressing || previous.variants.len() != new.variants.len() {
+        return false;
+    }
+    let advanced = |p: &VariantStatus, n: &VariantStatus| {
+        p == n
+            || (p.state == VariantState::Progressing
+                && matches!(n.state, VariantState::Progressing | VariantState::Ready)
+                && n.ready_replicas >= p.ready_replicas
+                && VariantStatus {
+                    state: p.state,
+                    ready_replicas: p.ready_replicas,
+                    ..n.clone()
+                } == *p)
+    };
+    let variants_advanced = previous
+        .variants
+        .iter()
+        .zip(&new.variants)
+        .all(|(p, n)| advanced(p, n));
+    // The conditions keep their kinds, statuses and reasons; only their messages may count.
+    let same_conditions = previous.conditions.len() == new.conditions.len()
+        && previous
+            .conditions
+            .iter()
+            .zip(&new.conditions)
+            .all(|(p, n)| {
+                Condition {
+                    message: p.message.clone(),
+                    ..n.clone()
+                } == *p
+            });
+    let rest_same = OwnerStatus {
+        variants: Vec::new(),
+        summary: String::new(),
+        conditions: Vec::new(),
+        ..new.clone()
+    } == OwnerStatus {
+        variants: Vec::new(),
+        summary: String::new(),
+        conditions: Vec::new(),
+        ..previous.clone()
+    };
+    variants_advanced && same_conditions && rest_same
 }
