@@ -60,8 +60,10 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
         |peer| http::Key::from(format!("address {}", peer.0.ip())),
     );
     // Issue 40, item 2: one deadline over the whole request, every API-server call included.
-    let result = match http::overdue::within(state.deadline, dispatch(&state, req, &mut key)).await
-    {
+    // The handler's future is large (every route's state): boxed, it is moved as a pointer
+    // into the deadline's and the loop's futures, not copied at each (issue 40).
+    let handler = Box::pin(dispatch(&state, req, &mut key));
+    let result = match http::overdue::within(state.deadline, handler).await {
         Ok(result) => result,
         Err(overdue) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
