@@ -364,6 +364,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "auth",
             "budget",
             "error",
+            "batch",
             "heartbeats",
             "namespaces",
             "state",

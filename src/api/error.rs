@@ -13,7 +13,7 @@ use crate::http::{self, Body};
 pub const RETRY_AFTER_SECONDS: &str = "1";
 
 /// A handler's failure, as an HTTP status and a message for the client.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ApiError(pub StatusCode, pub String);
 
 impl ApiError {

@@ -15,6 +15,7 @@
 //! `liveness` the heartbeats' writes, `mutations`, `variants` and `devices` the handlers.
 
 pub mod auth;
+mod batch;
 mod body;
 mod budget;
 mod check;

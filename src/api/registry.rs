@@ -12,10 +12,7 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 
-use super::{
-    error::ApiError,
-    state::{ApiState, MAX_ATTEMPTS},
-};
+use super::{batch::MAX_ATTEMPTS, error::ApiError, state::ApiState};
 use crate::{
     cache::{CacheState, Caches},
     controller::secret::owned_metadata,

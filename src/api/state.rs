@@ -1,5 +1,5 @@
 //! What every handler shares: [`ApiState`] (client, caches, auth, limits, budgets, edit
-//! locks) and the per-Mutation [`EditLocks`].
+//! locks) and the per-Secret [`EditLocks`].
 
 use std::sync::Arc;
 
@@ -14,10 +14,6 @@ use super::{
 };
 use crate::{cache::Caches, http::ServerConfig};
 
-/// How many times a variant edit is retried on a resourceVersion conflict before it gives up
-/// with 503.
-pub const MAX_ATTEMPTS: usize = 20;
-
 /// What every handler needs.
 pub struct ApiState {
     /// The API client (writes, and reads that must be fresh).
@@ -28,9 +24,11 @@ pub struct ApiState {
     pub auth: Auth,
     /// Body limits and timeouts.
     pub server: ServerConfig,
-    /// One lock per Mutation being edited, so this replica's edits of one Mutation queue up
+    /// One lock per devices Secret being edited, so this replica's edits of one queue up
     /// instead of racing (the resourceVersion check still guards against other writers).
     pub edits: EditLocks,
+    /// The variant edits of each Mutation, written together (R22).
+    pub batches: super::batch::Batches,
     /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`,
     /// else those labelled for it: issue 35, item 8).
     pub namespaces: Served,
@@ -80,6 +78,7 @@ impl ApiState {
             auth,
             server,
             edits: EditLocks::default(),
+            batches: super::batch::Batches::default(),
             namespaces,
             misses: MissChecks::default(),
             validations: Validations::default(),
@@ -117,7 +116,7 @@ impl ApiState {
     }
 }
 
-/// Per-Mutation locks for variant edits; an entry lives only while someone holds or waits for
+/// Per-Secret locks for edits of a devices Secret; an entry lives only while someone holds or waits for
 /// it.
 #[derive(Default)]
 pub struct EditLocks(
@@ -125,7 +124,7 @@ pub struct EditLocks(
 );
 
 impl EditLocks {
-    /// Waits for the lock of Mutation `ns/name`.
+    /// Waits for the lock of `ns/name`.
     pub async fn lock(&self, ns: &str, name: &str) -> EditGuard<'_> {
         let key = format!("{ns}/{name}");
         let lock = match self.0.lock() {

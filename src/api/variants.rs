@@ -3,11 +3,6 @@
 //! concurrent edits all land and none is lost (R22).
 
 use hyper::StatusCode;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
-use serde_json::json;
 
 use super::{
     auth::Caller,
@@ -16,7 +11,7 @@ use super::{
     error::{ApiError, ApiResult},
     fresh::{self, Need, cached_mutation, catch_up},
     json::{ScaleRequest, VariantRequest, variant_view},
-    state::{ApiState, MAX_ATTEMPTS},
+    state::ApiState,
 };
 use crate::{
     crd::{Mutation, OwnerKind, ServiceType, Variant, limits::MAX_INSTANCES},
@@ -118,29 +113,9 @@ pub(super) async fn insert(
     variant: Variant,
 ) -> Result<Mutation, ApiError> {
     let cached = fresh::mutation(state, caller, ns, name).await?;
-    // What a token sends is stored with each env name the owner allows only in some
-    // containers moved into those containers' own env (R41); the admin's is stored as sent.
-    let stored = |m: &Mutation| match caller {
-        Caller::Admin => variant.clone(),
-        _ => {
-            let access = m.spec.device_access.as_deref();
-            let mut routed = route_device_env(access, &variant);
-            // Issue 35, item 1: its env stays held to the owner's list if the base changes.
-            routed.by_token = Some(true);
-            // Issue 35, item 5: the owner's switch for the token's variants' Service.
-            if access.and_then(|a| a.service) == Some(false) {
-                routed.service = Some(false);
-            }
-            routed
-        }
-    };
-    let routed = stored(&cached);
+    let routed = stored(caller, &variant, &cached);
     validate_variants(&base_name(&cached), std::slice::from_ref(&routed))
         .map_err(ApiError::bad_request)?;
-    let known = |m: &Mutation, v: &Variant| {
-        validate_containers(&m.spec.deployment.value(), std::slice::from_ref(v))
-            .map_err(ApiError::bad_request)
-    };
     known(&cached, &routed)?;
     // Checked on the cached Mutation first, so that a refused request costs no request to the
     // API server, then again in the edit, on the Mutation as read from the API server. The
@@ -153,22 +128,51 @@ pub(super) async fn insert(
         let service = cached.spec.service.as_ref();
         check_with_server(state, &owner, &base, std::slice::from_ref(&routed), service).await?;
     }
-    let label = variant.label.clone();
-    edit(state, ns, name, |m| {
+    let (caller, taken) = (caller.clone(), taken(ns, name, &variant.label));
+    edit(state, ns, name, move |m| {
         if position(m, &variant.label).is_some() {
-            return Err(ApiError::conflict(format!(
-                "variant {label:?} already exists in mutation {ns}/{name}"
-            )));
+            return Err(taken.clone());
         }
         check_variant_count(m.spec.variants.len() + 1).map_err(ApiError::bad_request)?;
-        device_check(caller, m, &variant)?;
-        let routed = stored(m);
+        device_check(&caller, m, &variant)?;
+        let routed = stored(&caller, &variant, m);
         known(m, &routed)?;
         let mut variants = m.spec.variants.clone();
         variants.push(routed);
         Ok(variants)
     })
     .await
+}
+
+/// `variant` as it is stored in `m` when `caller` sends it: a token's with each env name the
+/// owner allows only in some containers moved into those containers' own env (R41); the
+/// admin's as sent.
+fn stored(caller: &Caller, variant: &Variant, m: &Mutation) -> Variant {
+    if *caller == Caller::Admin {
+        return variant.clone();
+    }
+    let access = m.spec.device_access.as_deref();
+    let mut routed = route_device_env(access, variant);
+    // Issue 35, item 1: its env stays held to the owner's list if the base changes.
+    routed.by_token = Some(true);
+    // Issue 35, item 5: the owner's switch for the token's variants' Service.
+    if access.and_then(|a| a.service) == Some(false) {
+        routed.service = Some(false);
+    }
+    routed
+}
+
+/// 400 when `v` names a container that `m`'s base does not have.
+fn known(m: &Mutation, v: &Variant) -> Result<(), ApiError> {
+    validate_containers(&m.spec.deployment.value(), std::slice::from_ref(v))
+        .map_err(ApiError::bad_request)
+}
+
+/// 409: variant `label` is already in Mutation `ns/name`.
+fn taken(ns: &str, name: &str, label: &str) -> ApiError {
+    ApiError::conflict(format!(
+        "variant {label:?} already exists in mutation {ns}/{name}"
+    ))
 }
 
 /// For a Mutation's own token: whether it may add `variant` to `m` (R32); 403 naming the
@@ -207,21 +211,23 @@ pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleReq
             body.instances
         )));
     }
-    let device = |m: &Mutation| match caller {
+    let instances = body.instances;
+    let device = move |caller: &Caller, m: &Mutation, label: &str| match caller {
         Caller::Admin => Ok(()),
         Caller::Mutation { .. } | Caller::Device { .. } => {
             let access = m.spec.device_access.as_deref();
-            device_may_scale(access, body.instances)
-                .and_then(|()| totals::may_total(access, &m.spec.variants, label, body.instances))
+            device_may_scale(access, instances)
+                .and_then(|()| totals::may_total(access, &m.spec.variants, label, instances))
                 .map_err(ApiError::forbidden)
         }
     };
-    device(&cached)?;
-    let updated = edit(state, ns, name, |m| {
-        device(m)?;
-        let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
+    device(caller, &cached, label)?;
+    let (caller, owned, missing) = (caller.clone(), label.to_string(), absent(ns, name, label));
+    let updated = edit(state, ns, name, move |m| {
+        device(&caller, m, &owned)?;
+        let index = position(m, &owned).ok_or_else(|| missing.clone())?;
         let mut variants = m.spec.variants.clone();
-        variants[index].instances = body.instances;
+        variants[index].instances = instances;
         Ok(variants)
     })
     .await?;
@@ -236,9 +242,10 @@ pub(super) async fn remove_if_there(
     name: &str,
     label: &str,
 ) -> Result<bool, ApiError> {
-    let removed = edit(state, ns, name, |m| {
+    let owned = label.to_string();
+    let removed = edit(state, ns, name, move |m| {
         let mut variants = m.spec.variants.clone();
-        variants.retain(|v| v.label != label);
+        variants.retain(|v| v.label != owned);
         Ok(variants)
     })
     .await?;
@@ -249,8 +256,9 @@ pub(super) async fn remove_if_there(
 pub async fn remove(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
     let At { ns, name, label } = at;
     fresh::mutation(state, caller, ns, name).await?;
-    edit(state, ns, name, |m| {
-        let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
+    let (owned, missing) = (label.to_string(), absent(ns, name, label));
+    edit(state, ns, name, move |m| {
+        let index = position(m, &owned).ok_or_else(|| missing.clone())?;
         let mut variants = m.spec.variants.clone();
         variants.remove(index);
         Ok(variants)
@@ -285,77 +293,25 @@ fn respond(m: &Mutation, label: &str, status: StatusCode, ns: &str, name: &str) 
     Ok(http::json(status, &view))
 }
 
-/// Read-modify-write of a Mutation's variants: read it fresh from the API server, let `change`
-/// compute the new list (or refuse), and write it with the resourceVersion it was read at. A
-/// conflict means someone else wrote first: read again and retry, up to [`MAX_ATTEMPTS`]
-/// times, then 503. Never a blind overwrite.
+/// Read-modify-write of a Mutation's variants, together with this replica's other edits of
+/// it waiting at the time ([`super::batch`]): `change` computes the new list from the
+/// Mutation read fresh from the API server (or refuses), and the list is written with the
+/// resourceVersion it was read at; a conflict is retried on fresh data. Never a blind
+/// overwrite. Then waits (within the request's deadline) for this replica's cache to show it.
 async fn edit<F>(state: &ApiState, ns: &str, name: &str, change: F) -> Result<Mutation, ApiError>
 where
-    F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError>,
+    F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
 {
-    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
-    let queued = state.edits.lock(ns, name).await;
-    for attempt in 1..=MAX_ATTEMPTS {
-        let Some(current) = api.get_opt(name).await? else {
-            return Err(ApiError::not_found(format!(
-                "mutation {ns}/{name} not found"
-            )));
-        };
-        if current.variants_read_only() {
-            return Err(ApiError::conflict(format!(
-                "mutation {ns}/{name} is synced by Argo CD without annotation \
-                 mutantops.neiam.org/runtime-variants: \"true\": its variants belong in git"
-            )));
-        }
-        let variants = change(&current)?;
-        let patch = json!({
-            "metadata": { "resourceVersion": current.metadata.resource_version },
-            "spec": { "variants": variants },
-        });
-        let params = PatchParams {
-            field_manager: Some("mutantops-api".into()),
-            ..PatchParams::default()
-        };
-        match crate::http::overdue::write(api.patch(name, &params, &Patch::Merge(&patch))).await {
-            Ok(updated) => {
-                // The next edit reads the Mutation fresh from the API server, not from the
-                // cache: it need not wait while this one's answer waits for the cache.
-                drop(queued);
-                if attempt > 1 {
-                    tracing::debug!(
-                        namespace = ns,
-                        name,
-                        attempt,
-                        "variant edit landed after conflicts"
-                    );
-                }
-                catch_up(
-                    state,
-                    ns,
-                    name,
-                    updated.metadata.resource_version.as_deref(),
-                )
-                .await;
-                return Ok(updated);
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                tracing::debug!(
-                    namespace = ns,
-                    name,
-                    attempt,
-                    "resourceVersion conflict; retrying"
-                );
-                // Spread retries of many concurrent writers a little.
-                let pause = std::time::Duration::from_millis(2 * attempt as u64);
-                tokio::time::sleep(pause).await;
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    Err(ApiError(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!(
-            "mutation {ns}/{name} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again"
-        ),
-    ))
+    let updated = state
+        .batches
+        .edit(&state.client, state.deadline, ns, name, Box::new(change))
+        .await?;
+    catch_up(
+        state,
+        ns,
+        name,
+        updated.metadata.resource_version.as_deref(),
+    )
+    .await;
+    Ok(updated)
 }

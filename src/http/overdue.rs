@@ -68,6 +68,8 @@ impl Overdue {
 const NONE: u8 = 0;
 const SENT: u8 = 1;
 const ACKNOWLEDGED: u8 = 2;
+/// Cut off with nothing written: no write may be sent for it any more ([`Claim::sent`]).
+const CLOSED: u8 = 3;
 
 /// The current request's deadline and its writes' state.
 struct Request {
@@ -93,7 +95,7 @@ impl Request {
     }
     fn outcome(&self) -> Outcome {
         match self.writes.load(Ordering::SeqCst) {
-            NONE => Outcome::NothingWritten,
+            NONE | CLOSED => Outcome::NothingWritten,
             SENT => Outcome::Unknown,
             _ => Outcome::Written,
         }
@@ -132,6 +134,12 @@ pub async fn within<F: Future>(limit: Duration, handler: F) -> Result<F::Output,
         // The clock may have been stopped, or moved on, meanwhile.
         let clock = request.clock();
         if clock.stopped.is_none() && clock.ends <= Instant::now() {
+            // Told that nothing was changed, it stays so: a write another task would make for
+            // it ([`Claim`]) is not sent.
+            let _ =
+                request
+                    .writes
+                    .compare_exchange(NONE, CLOSED, Ordering::SeqCst, Ordering::SeqCst);
             return Err(Overdue {
                 after: limit,
                 outcome: request.outcome(),
@@ -171,6 +179,40 @@ pub async fn write<T, E>(call: impl Future<Output = Result<T, E>>) -> Result<T, 
 fn mark(state: u8) {
     // Outside a request (the controller's writes) there is nothing to mark.
     let _ = REQUEST.try_with(|r| r.writes.store(state, Ordering::SeqCst));
+}
+
+/// The current request's writes (if any), for another task that writes on its behalf: a
+/// variant edit is sent by its Mutation's writer, together with those of other requests.
+pub fn claim() -> Claim {
+    Claim(REQUEST.try_with(Arc::clone).ok())
+}
+
+/// A request's writes, as another task sees them: see [`claim`].
+pub struct Claim(Option<Arc<Request>>);
+
+impl Claim {
+    /// Marks a write for the request as sent, unless the request was cut off first and told
+    /// that nothing was changed: then false, and the write must not be sent.
+    pub fn sent(&self) -> bool {
+        self.0.as_ref().is_none_or(|r| {
+            r.writes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                    (s != CLOSED).then_some(SENT)
+                })
+                .is_ok()
+        })
+    }
+
+    /// Marks the write sent for the request as made.
+    pub fn acknowledged(&self) {
+        if let Some(r) = &self.0 {
+            let _ = r
+                .writes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                    (s == SENT).then_some(ACKNOWLEDGED)
+                });
+        }
+    }
 }
 
 /// `deadline`, or earlier when the current request must be answered before it: a wait of the
@@ -275,6 +317,41 @@ mod tests {
         .unwrap_err();
         assert_eq!(cut.outcome, Outcome::NothingWritten);
         assert_eq!(began.elapsed(), Duration::from_secs(13));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_claimed_for_a_request_counts_as_its_own() {
+        // Claimed for a request that then stalls: its outcome is unknown, then made.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cut = within(LIMIT, async {
+            let _ = tx.send(claim());
+            stalled().await
+        });
+        let (cut, claimed) = tokio::join!(cut, async {
+            let claim = rx.await.unwrap();
+            assert!(claim.sent());
+            claim
+        });
+        assert_eq!(cut.unwrap_err().outcome, Outcome::Unknown);
+        claimed.acknowledged();
+        // Outside a request, a claim always may send.
+        assert!(claim().sent());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_told_nothing_changed_cannot_be_claimed_after() {
+        // Issue 40, item 2: "nothing was changed" stays true once it is said.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cut = within(LIMIT, async {
+            let _ = tx.send(claim());
+            stalled().await
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(cut.outcome, Outcome::NothingWritten);
+        let late = rx.await.unwrap();
+        assert!(!late.sent(), "a write claimed after the answer");
+        late.acknowledged();
     }
 
     #[tokio::test(start_paused = true)]

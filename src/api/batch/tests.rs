@@ -1,0 +1,125 @@
+//! Unit tests of how a batch of variant edits is applied (R22).
+
+use super::*;
+use crate::{crd::fixtures, http::overdue::within};
+
+fn add(label: &'static str) -> Change {
+    Box::new(move |m: &Mutation| {
+        if m.spec.variants.iter().any(|v| v.label == label) {
+            return Err(ApiError::conflict(format!(
+                "variant {label:?} already exists"
+            )));
+        }
+        let mut variants = m.spec.variants.clone();
+        variants.push(Variant {
+            label: label.into(),
+            ..Variant::default()
+        });
+        Ok(variants)
+    })
+}
+
+fn pending(
+    change: Change,
+    claim: Claim,
+) -> (Pending, oneshot::Receiver<Result<Mutation, ApiError>>) {
+    let (answer, answered) = oneshot::channel();
+    (
+        Pending {
+            change,
+            claim,
+            answer,
+        },
+        answered,
+    )
+}
+
+fn labels(variants: &[Variant]) -> Vec<&str> {
+    variants.iter().map(|v| v.label.as_str()).collect()
+}
+
+#[test]
+fn edits_apply_in_order_and_a_refused_one_changes_nothing_of_the_others() {
+    // R22: a label added twice at once is taken once; the rest all land.
+    let current = fixtures::mutation("web", vec![]);
+    let (mut batch, _answers): (Vec<_>, Vec<_>) = [add("a"), add("a"), add("b")]
+        .into_iter()
+        .map(|c| pending(c, overdue::claim()))
+        .unzip();
+    let (variants, results) = apply(&current, &mut batch);
+    assert_eq!(labels(&variants), ["a", "b"]);
+    assert_eq!(batch.len(), 3);
+    let codes: Vec<_> = results
+        .iter()
+        .map(|r| r.as_ref().err().map(|e| e.0.as_u16()))
+        .collect();
+    assert_eq!(codes, [None, Some(409), None]);
+}
+
+#[test]
+fn answers_carry_each_edits_own_result() {
+    let current = fixtures::mutation("web", vec![]);
+    let (mut batch, answers): (Vec<_>, Vec<_>) = [add("a"), add("a")]
+        .into_iter()
+        .map(|c| pending(c, overdue::claim()))
+        .unzip();
+    let (variants, results) = apply(&current, &mut batch);
+    let mut written = current.clone();
+    written.spec.variants = variants;
+    answer(batch, results, &written);
+    let mut answers = answers.into_iter();
+    let first = answers.next().unwrap().try_recv().unwrap().unwrap();
+    assert_eq!(labels(&first.spec.variants), ["a"]);
+    let second = answers.next().unwrap().try_recv().unwrap().unwrap_err();
+    assert_eq!(second.0, StatusCode::CONFLICT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_edit_whose_request_was_told_nothing_changed_is_left_out() {
+    // Issue 40, item 2: a request cut off before its edit was sent was answered "nothing was
+    // changed"; the writer must not make its change after that, and the others are applied
+    // without it (the edit after it sees the Mutation as if it never came).
+    let (tx, rx) = oneshot::channel();
+    let cut = within(Duration::from_secs(1), async {
+        let _ = tx.send(overdue::claim());
+        std::future::pending::<()>().await
+    })
+    .await;
+    assert!(cut.is_err());
+    let late = rx.await.unwrap();
+    let current = fixtures::mutation("web", vec![]);
+    let (one, _a) = pending(add("a"), late);
+    let (two, _b) = pending(add("a"), overdue::claim());
+    let mut batch = vec![one, two];
+    let (variants, results) = apply(&current, &mut batch);
+    assert_eq!(labels(&variants), ["a"]);
+    assert_eq!(batch.len(), 1, "the edit told nothing changed is dropped");
+    assert!(results[0].is_ok(), "{results:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_edit_that_changes_nothing_is_not_a_write() {
+    // Removing what is not there: the request's outcome stays "nothing was changed".
+    let (tx, rx) = oneshot::channel();
+    let cut = within(Duration::from_secs(1), async {
+        let _ = tx.send(overdue::claim());
+        std::future::pending::<()>().await
+    });
+    let current = fixtures::mutation("web", vec![]);
+    let ((), cut) = tokio::join!(
+        async {
+            let claim = rx.await.unwrap();
+            let unchanged: Change = Box::new(|m: &Mutation| Ok(m.spec.variants.clone()));
+            let (p, _answer) = pending(unchanged, claim);
+            let mut batch = vec![p];
+            let (variants, results) = apply(&current, &mut batch);
+            assert!(variants.is_empty() && results[0].is_ok());
+        },
+        cut
+    );
+    assert_eq!(
+        cut.unwrap_err().outcome,
+        overdue::Outcome::NothingWritten,
+        "no write was claimed"
+    );
+}
