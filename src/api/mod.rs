@@ -7,9 +7,9 @@
 //! This file only routes. The rooms, lowest first (each uses only those before it; checked by
 //! tests/layers.rs): `routes` the one table of routes ([`routes::ROUTES`]), `json` the wire
 //! shapes, `auth` who calls, `budget` what a caller may cost the API server, `error` the
-//! handlers' error and its status codes, `namespaces` which namespaces are served, `state`
-//! what handlers share and the edit locks,
-//! `body` reading request bodies, `check` the checks with the API server before a write,
+//! handlers' error and its status codes, `batch` the variant edits of one Mutation written
+//! together, `namespaces` which namespaces are served, `state` what handlers share and the
+//! edit locks, `body` reading request bodies, `check` the checks with the API server before a write,
 //! `fresh` the reads and waits on the cache (across replicas too), `heartbeats` what this
 //! replica heard from devices, `registry` a Mutation's devices Secret and status list,
 //! `liveness` the heartbeats' writes, `mutations`, `variants` and `devices` the handlers.

@@ -142,7 +142,7 @@ impl EditLocks {
     }
 }
 
-/// Holds a Mutation's edit lock; dropping it releases the lock and forgets unused entries.
+/// Holds an edit lock; dropping it releases the lock and forgets unused entries.
 pub struct EditGuard<'a> {
     locks: &'a EditLocks,
     key: String,

@@ -1,5 +1,5 @@
 //! Issue 25, items 8 and 9 (R34): a replica whose API server stalls. It reaches the API server
-//! through a TCP proxy of the test's that can stall ([`StallingProxy`]): accept connections and
+//! through a TCP proxy of the test's that can stall ([`BehindStallingProxy`]): accept connections and
 //! pass nothing on, either way, as a hung API server or a network that drops packets would. A
 //! call then ends at its deadline (503 with `Retry-After`, not a request left without an
 //! answer); once the server has not answered for `MUTANT_STALE_AFTER_SECONDS`, the replica
@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use super::{replicas::kubeconfig_through, stalling::StallingProxy, *};
+use super::{stalling::BehindStallingProxy, *};
 
 /// `/readyz` of the replica: status and body.
 pub(super) async fn readyz(port: u16) -> (u16, String) {
@@ -21,44 +21,13 @@ pub(super) async fn readyz(port: u16) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
-    let ns = TestNamespace::new("cutoff").await;
-    common::install_crds(&ns.client).await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cutoff-{}", common::random_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let upstream = kubeconfig_through(0, &kubeconfig);
-    let proxy = StallingProxy::start(upstream).await;
-    kubeconfig_through(proxy.port, &kubeconfig);
-    let kubeconfig = kubeconfig.display().to_string();
-    let operator = Operator::start_with(
-        &ns.name,
-        &[
-            ("MUTANT_API_TOKEN", ADMIN),
-            ("MUTANT_STALE_AFTER_SECONDS", "3"),
-            ("POD_NAMESPACE", &ns.name),
-            ("KUBECONFIG", &kubeconfig),
-        ],
-    );
-    let (api, metrics) = (operator.api_port, operator.metrics_port);
-    let path = |rest: &str| format!("/api/v1/namespaces/{}/mutations{rest}", ns.name);
-    wait_api(api, &ns.name).await;
-    let create = json!({"name": "web", "deployment": base("web"),
-                        "variants": [{"label": "a", "instances": 0}]});
-    let created = common::http::request(
-        api,
-        "POST",
-        &path(""),
-        Some(ADMIN),
-        Some(&create.to_string()),
-    )
-    .await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let secrets: Api<Secret> = ns.api();
-    let secret = secrets.get("web-secret").await.unwrap();
-    let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+    let setup = BehindStallingProxy::start("cutoff", &[("MUTANT_STALE_AFTER_SECONDS", "3")]).await;
+    let (proxy, token) = (&setup.proxy, &setup.token);
+    let (api, metrics) = (setup.operator.api_port, setup.operator.metrics_port);
+    let path = |rest: &str| setup.path(rest);
+    let secrets: Api<Secret> = setup.ns.api();
     let web = path("/web");
-    let device_get = || common::http::request(api, "GET", &web, Some(&token), None);
+    let device_get = || common::http::request(api, "GET", &web, Some(token), None);
     assert_eq!(device_get().await.status, 200);
     assert_eq!(readyz(metrics).await.0, 200);
 
@@ -68,14 +37,8 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
     proxy.stall_all();
     let began = Instant::now();
     let add = json!({"label": "b", "instances": 0}).to_string();
-    let added = common::http::request(
-        api,
-        "POST",
-        &path("/web/variants"),
-        Some(&token),
-        Some(&add),
-    )
-    .await;
+    let added =
+        common::http::request(api, "POST", &path("/web/variants"), Some(token), Some(&add)).await;
     let waited = began.elapsed();
     println!(
         "a POST during the stall was answered {} after {waited:?}",
@@ -125,9 +88,5 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
             .ok_or(format!("{reply:?}"))
     })
     .await;
-    assert!(
-        !operator.log_text().contains("panicked"),
-        "the operator panicked"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    setup.no_panic();
 }

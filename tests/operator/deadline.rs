@@ -9,9 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
-
-use super::{replicas::kubeconfig_through, stalling::StallingProxy, *};
+use super::{stalling::BehindStallingProxy, *};
 
 /// The default request deadline, and what a device's firmware waits at most.
 const DEADLINE: Duration = Duration::from_secs(4);
@@ -20,45 +18,13 @@ const FIRMWARE_GIVES_UP: Duration = Duration::from_millis(4500);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_stalled_api_server_costs_a_device_one_deadline_not_the_sum_of_its_calls() {
-    let ns = TestNamespace::new("deadline").await;
-    common::install_crds(&ns.client).await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("deadline-{}", common::random_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let upstream = kubeconfig_through(0, &kubeconfig);
-    let proxy = StallingProxy::start(upstream).await;
-    kubeconfig_through(proxy.port, &kubeconfig);
-    let kubeconfig = kubeconfig.display().to_string();
     // The deadline is left at its default.
-    let operator = Operator::start_with(
-        &ns.name,
-        &[
-            ("MUTANT_API_TOKEN", ADMIN),
-            ("POD_NAMESPACE", &ns.name),
-            ("KUBECONFIG", &kubeconfig),
-        ],
-    );
-    let api = operator.api_port;
-    let path = |rest: &str| format!("/api/v1/namespaces/{}/mutations{rest}", ns.name);
-    wait_api(api, &ns.name).await;
-    let create = json!({"name": "web", "deployment": base("web"),
-                        "variants": [{"label": "a", "instances": 0}]});
-    let created = common::http::request(
-        api,
-        "POST",
-        &path(""),
-        Some(ADMIN),
-        Some(&create.to_string()),
-    )
-    .await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let secrets: Api<Secret> = ns.api();
-    let secret = secrets.get("web-secret").await.unwrap();
-    let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+    let setup = BehindStallingProxy::start("deadline", &[]).await;
+    let (proxy, token, api) = (&setup.proxy, &setup.token, setup.operator.api_port);
+    let path = |rest: &str| setup.path(rest);
     let (web, variants) = (path("/web"), path("/web/variants"));
     let add = json!({"label": "b", "instances": 0}).to_string();
-    let post = || common::http::request(api, "POST", &variants, Some(&token), Some(&add));
+    let post = || common::http::request(api, "POST", &variants, Some(token), Some(&add));
 
     proxy.stall_all();
     let began = Instant::now();
@@ -83,7 +49,7 @@ async fn a_stalled_api_server_costs_a_device_one_deadline_not_the_sum_of_its_cal
     assert!(waited < FIRMWARE_GIVES_UP, "answered after {waited:?}");
     // A read of the cache is answered at once meanwhile.
     let began = Instant::now();
-    let got = common::http::request(api, "GET", &web, Some(&token), None).await;
+    let got = common::http::request(api, "GET", &web, Some(token), None).await;
     assert_eq!(got.status, 200, "{got:?}");
     assert!(
         began.elapsed() < Duration::from_secs(1),
@@ -115,9 +81,5 @@ async fn a_stalled_api_server_costs_a_device_one_deadline_not_the_sum_of_its_cal
     .await;
     let view: Value = serde_json::from_str(&reply.body).unwrap();
     assert_eq!(view["label"], "b", "{view}");
-    assert!(
-        !operator.log_text().contains("panicked"),
-        "the operator panicked"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    setup.no_panic();
 }

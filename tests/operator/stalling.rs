@@ -135,3 +135,82 @@ async fn pass(
         }
     }
 }
+
+/// An operator (admin token `ADMIN`, its own namespace watched and served) that reaches the
+/// API server through a [`StallingProxy`], with Mutation `web` (variant `a`, 0 instances)
+/// made through its API and that Mutation's token read from its Secret: what a test of a
+/// stalling API server starts from.
+pub(super) struct BehindStallingProxy {
+    pub(super) ns: super::TestNamespace,
+    pub(super) proxy: StallingProxy,
+    pub(super) operator: super::Operator,
+    /// Mutation `web`'s token.
+    pub(super) token: String,
+    dir: std::path::PathBuf,
+}
+
+impl BehindStallingProxy {
+    /// Starts it in a new namespace `<prefix>-...`, with `env` added to the operator's.
+    pub(super) async fn start(prefix: &str, env: &[(&str, &str)]) -> BehindStallingProxy {
+        use super::{ADMIN, common};
+        let ns = super::TestNamespace::new(prefix).await;
+        common::install_crds(&ns.client).await;
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{prefix}-{}", common::random_suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        let upstream = super::replicas::kubeconfig_through(0, &kubeconfig);
+        let proxy = StallingProxy::start(upstream).await;
+        super::replicas::kubeconfig_through(proxy.port, &kubeconfig);
+        let kubeconfig = kubeconfig.display().to_string();
+        let mut vars = vec![
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("POD_NAMESPACE", ns.name.as_str()),
+            ("KUBECONFIG", kubeconfig.as_str()),
+        ];
+        vars.extend_from_slice(env);
+        let operator = super::Operator::start_with(&ns.name, &vars);
+        super::wait_api(operator.api_port, &ns.name).await;
+        let mut behind = BehindStallingProxy {
+            ns,
+            proxy,
+            operator,
+            token: String::new(),
+            dir,
+        };
+        let create = serde_json::json!({"name": "web", "deployment": super::base("web"),
+                                        "variants": [{"label": "a", "instances": 0}]});
+        let created = common::http::request(
+            behind.operator.api_port,
+            "POST",
+            &behind.path(""),
+            Some(ADMIN),
+            Some(&create.to_string()),
+        )
+        .await;
+        assert_eq!(created.status, 201, "{created:?}");
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = behind.ns.api();
+        let secret = secrets.get("web-secret").await.unwrap();
+        behind.token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
+        behind
+    }
+
+    /// The API path of the namespace's Mutations, with `rest` appended.
+    pub(super) fn path(&self, rest: &str) -> String {
+        format!("/api/v1/namespaces/{}/mutations{rest}", self.ns.name)
+    }
+
+    /// Asserts that the operator did not panic.
+    pub(super) fn no_panic(&self) {
+        assert!(
+            !self.operator.log_text().contains("panicked"),
+            "the operator panicked"
+        );
+    }
+}
+
+impl Drop for BehindStallingProxy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
