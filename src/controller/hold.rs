@@ -151,5 +151,12 @@ mod tests {
         let mut before = status(&[P, P, P]);
         before.variants[1].ready_replicas = 2;
         assert_eq!(hold.put_off("u", &before, &status(&[R, P, P]), t0), None);
+        // What the devices did, and how many there are.
+        let mut seen = status(&[R, P, P]);
+        seen.device_summary = Some(Box::new(crate::crd::DeviceSummary {
+            total: 1,
+            ..Default::default()
+        }));
+        assert_eq!(hold.put_off("u", &status(&[P, P, P]), &seen, t0), None);
     }
 }

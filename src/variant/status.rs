@@ -168,16 +168,28 @@ pub fn only_progress(previous: &OwnerStatus, new: &OwnerStatus) -> bool {
                     ..n.clone()
                 } == *p
             });
-    let rest_same = OwnerStatus {
-        variants: Vec::new(),
-        summary: String::new(),
-        conditions: Vec::new(),
-        ..new.clone()
-    } == OwnerStatus {
-        variants: Vec::new(),
-        summary: String::new(),
-        conditions: Vec::new(),
-        ..previous.clone()
-    };
+    // Every other field the same; named one by one (no clone of the device list), so that a
+    // field added to the status is not left out of the comparison.
+    let OwnerStatus {
+        observed_generation,
+        secret,
+        summary: _,
+        message,
+        variant_labels,
+        variant_services,
+        variants: _,
+        conditions: _,
+        devices,
+        device_summary,
+        rollout,
+    } = new;
+    let rest_same = *observed_generation == previous.observed_generation
+        && *secret == previous.secret
+        && *message == previous.message
+        && *variant_labels == previous.variant_labels
+        && *variant_services == previous.variant_services
+        && *devices == previous.devices
+        && *device_summary == previous.device_summary
+        && *rollout == previous.rollout;
     variants_advanced && same_conditions && rest_same
 }
