@@ -73,6 +73,18 @@ wait_until() {
 
 kc() { "${KUBECTL:-kubectl}" ${KC_KUBECONFIG:+--kubeconfig "$KC_KUBECONFIG"} "$@"; }
 
+# crds_established: waits up to 60 s for both CRDs to be Established. A CRD created a moment
+# ago may have no conditions yet, which `kubectl wait` takes for an error, not for "not yet":
+# it is asked again until then.
+crds_established() {
+    local deadline=$((SECONDS + 60))
+    until kc wait --for=condition=Established --timeout=10s \
+        crd/mutations.neiam.org crd/mutantdeployments.neiam.org >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.5
+    done
+}
+
 pick_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 apt_install() {

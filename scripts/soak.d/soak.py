@@ -356,8 +356,10 @@ def main():
 def soak_run(soak, exe):
     crd = run([exe, "crd"])
     run([soak.kubectl, "apply", "--server-side", "--field-manager=mutantops-soak", "-f", "-"], input=crd)
-    run([soak.kubectl, "wait", "--for=condition=Established", "--timeout=60s",
-         "crd/mutations.neiam.org", "crd/mutantdeployments.neiam.org"])
+    # A CRD created a moment ago may have no conditions yet, which `kubectl wait` takes for an
+    # error rather than for "not yet": asked again, a second apart, for up to a minute.
+    run([soak.kubectl, "wait", "--for=condition=Established", "--timeout=10s",
+         "crd/mutations.neiam.org", "crd/mutantdeployments.neiam.org"], tries=60)
     run([soak.kubectl, "create", "namespace", soak.ns])
     run([soak.kubectl, "label", "namespace", soak.ns, "mutantops.neiam.org/api=enabled",
          "mutantops.neiam.org/test=true"])
