@@ -227,6 +227,22 @@ pub fn until(deadline: Instant) -> Instant {
         })
 }
 
+/// For tests: a request that hands out its claim, then waits for ever; its deadline is `limit`.
+#[cfg(test)]
+pub(crate) fn stalling_request(
+    limit: Duration,
+) -> (
+    impl Future<Output = Result<(), Overdue>>,
+    tokio::sync::oneshot::Receiver<Claim>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let request = within(limit, async move {
+        let _ = tx.send(claim());
+        std::future::pending::<()>().await
+    });
+    (request, rx)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,11 +338,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_claimed_for_a_request_counts_as_its_own() {
         // Claimed for a request that then stalls: its outcome is unknown, then made.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let cut = within(LIMIT, async {
-            let _ = tx.send(claim());
-            stalled().await
-        });
+        let (cut, rx) = stalling_request(LIMIT);
         let (cut, claimed) = tokio::join!(cut, async {
             let claim = rx.await.unwrap();
             assert!(claim.sent());
@@ -341,13 +353,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_request_told_nothing_changed_cannot_be_claimed_after() {
         // Issue 40, item 2: "nothing was changed" stays true once it is said.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let cut = within(LIMIT, async {
-            let _ = tx.send(claim());
-            stalled().await
-        })
-        .await
-        .unwrap_err();
+        let (cut, rx) = stalling_request(LIMIT);
+        let cut = cut.await.unwrap_err();
         assert_eq!(cut.outcome, Outcome::NothingWritten);
         let late = rx.await.unwrap();
         assert!(!late.sent(), "a write claimed after the answer");

@@ -1,7 +1,7 @@
 //! Unit tests of how a batch of variant edits is applied (R22).
 
 use super::*;
-use crate::{crd::fixtures, http::overdue::within};
+use crate::{crd::fixtures, http::overdue::stalling_request};
 
 fn add(label: &'static str) -> Change {
     Box::new(move |m: &Mutation| {
@@ -79,13 +79,8 @@ async fn an_edit_whose_request_was_told_nothing_changed_is_left_out() {
     // Issue 40, item 2: a request cut off before its edit was sent was answered "nothing was
     // changed"; the writer must not make its change after that, and the others are applied
     // without it (the edit after it sees the Mutation as if it never came).
-    let (tx, rx) = oneshot::channel();
-    let cut = within(Duration::from_secs(1), async {
-        let _ = tx.send(overdue::claim());
-        std::future::pending::<()>().await
-    })
-    .await;
-    assert!(cut.is_err());
+    let (cut, rx) = stalling_request(Duration::from_secs(1));
+    assert!(cut.await.is_err());
     let late = rx.await.unwrap();
     let current = fixtures::mutation("web", vec![]);
     let (one, _a) = pending(add("a"), late);
@@ -100,11 +95,7 @@ async fn an_edit_whose_request_was_told_nothing_changed_is_left_out() {
 #[tokio::test(start_paused = true)]
 async fn an_edit_that_changes_nothing_is_not_a_write() {
     // Removing what is not there: the request's outcome stays "nothing was changed".
-    let (tx, rx) = oneshot::channel();
-    let cut = within(Duration::from_secs(1), async {
-        let _ = tx.send(overdue::claim());
-        std::future::pending::<()>().await
-    });
+    let (cut, rx) = stalling_request(Duration::from_secs(1));
     let current = fixtures::mutation("web", vec![]);
     let ((), cut) = tokio::join!(
         async {
