@@ -31,6 +31,7 @@ mod deadline;
 mod devices;
 mod devices_liveness;
 mod editors;
+mod enroll_burst;
 mod examples;
 mod handover;
 mod invalid;
