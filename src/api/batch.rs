@@ -1,10 +1,11 @@
-//! Variant edits of one Mutation are written together (R22). Each edit is a read-modify-write
-//! of the Mutation's variants guarded by its resourceVersion; this replica's edits of one
-//! Mutation used to queue up and take turns, one read and one write each, so fifty devices
-//! that added their variants at once made fifty writes in a row, and the last ones ran past
-//! their request's deadline (`MUTANT_API_REQUEST_DEADLINE_SECONDS`) on a busy API server.
-//! Now a Mutation being edited has one writer task: it takes every edit waiting, reads the
-//! Mutation once, applies the edits in the order they came (each sees those before it; one
+//! Edits of one object that arrive together are written together: a Mutation's variants (R22),
+//! its devices Secret (R39) and its device list (R40). Each edit is a read-modify-write guarded by the
+//! object's resourceVersion; this replica's edits of one object used to queue up and take
+//! turns, one read and one write each, so fifty devices that added their variants (or
+//! enrolled) at once made fifty writes in a row, and the last ones ran past their request's
+//! deadline (`MUTANT_API_REQUEST_DEADLINE_SECONDS`) on a busy API server.
+//! Now an object being edited has one writer task: it takes every edit waiting, reads the
+//! object once, applies the edits in the order they came (each sees those before it; one
 //! refused changes nothing of the others) and writes the result once, retrying the lot on a
 //! conflict with fresh data. Each request waits for its own answer within its own deadline.
 //!
@@ -19,57 +20,90 @@ use std::{
 };
 
 use hyper::StatusCode;
-use kube::{
-    Api, Client,
-    api::{Patch, PatchParams},
-};
-use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::error::ApiError;
-use crate::{
-    crd::{Mutation, Variant},
-    http::overdue::{self, Claim},
-};
+use crate::http::overdue::{self, Claim};
 
-/// How many times a write (of variant edits, of a devices Secret) is retried on a
-/// resourceVersion conflict before it gives up with 503.
+mod targets;
+
+pub use targets::{Devices, DevicesSecret, Listed, OfMutation, Variants};
+
+/// How many times a write of a batch is retried on a resourceVersion conflict before it gives
+/// up with 503.
 pub const MAX_ATTEMPTS: usize = 20;
 
-/// An edit of a Mutation's variants: from the Mutation as read (and as the edits before it
-/// left it), the new list, or a refusal.
-pub type Change = Box<dyn Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync>;
+/// What a writer edits: one object on the API server, and the part of it that edits change.
+pub trait Target: Send + Sync + 'static {
+    /// The object as read and written.
+    type Object: Clone + Send + Sync + 'static;
+    /// The part of it that edits change.
+    type Part: Clone + PartialEq + Send + 'static;
+    /// What the log says when a batch was written.
+    const WRITTEN: &'static str;
 
-/// One edit waiting for its Mutation's writer.
-struct Pending {
-    change: Change,
-    claim: Claim,
-    answer: oneshot::Sender<Result<Mutation, ApiError>>,
+    /// The object as the API server has it now, or why there is none to edit.
+    fn read(&self) -> impl Future<Output = Result<Self::Object, ApiError>> + Send;
+    /// Its part that edits change.
+    fn part(object: &Self::Object) -> &Self::Part;
+    /// Puts `part` into `object`.
+    fn set(object: &mut Self::Object, part: Self::Part);
+    /// Writes `object` with `part`, guarded by the resourceVersion it was read at.
+    fn write(
+        &self,
+        object: &Self::Object,
+        part: &Self::Part,
+    ) -> impl Future<Output = kube::Result<Self::Object>> + Send;
+    /// The object, for messages ("mutation ns/name").
+    fn describe(&self) -> String;
+    /// The namespace and name of the Mutation whose object it is, for the log.
+    fn owner(&self) -> (&str, &str);
 }
 
-/// The edits waiting, per Mutation that has a writer; an entry lives while its writer does.
-#[derive(Default, Clone)]
-pub struct Batches(Arc<Mutex<HashMap<String, Vec<Pending>>>>);
+/// An edit: from the object as read (and as the edits before it left it), the new part, or a
+/// refusal.
+pub type Change<T> =
+    Box<dyn Fn(&<T as Target>::Object) -> Result<<T as Target>::Part, ApiError> + Send + Sync>;
 
-impl Batches {
-    /// Applies `change` to Mutation `ns/name` together with the other edits waiting for it,
-    /// and answers the Mutation as written (or as read, when nothing changed). Each call to
-    /// the API server is bounded by `limit`.
+/// One edit waiting for its object's writer.
+struct Pending<T: Target> {
+    change: Change<T>,
+    claim: Claim,
+    answer: oneshot::Sender<Result<T::Object, ApiError>>,
+}
+
+/// The edits waiting, per object that has a writer; an entry lives while its writer does.
+pub struct Batches<T: Target>(Arc<Mutex<HashMap<String, Vec<Pending<T>>>>>);
+
+impl<T: Target> Default for Batches<T> {
+    fn default() -> Self {
+        Batches(Arc::default())
+    }
+}
+
+impl<T: Target> Clone for Batches<T> {
+    fn clone(&self) -> Self {
+        Batches(Arc::clone(&self.0))
+    }
+}
+
+impl<T: Target> Batches<T> {
+    /// Applies `change` to the object of `target` (known as `key`) together with the other
+    /// edits waiting for it, and answers the object as written (or as read, when nothing
+    /// changed). Each call to the API server is bounded by `limit`.
     pub async fn edit(
         &self,
-        client: &Client,
+        target: T,
         limit: Duration,
-        ns: &str,
-        name: &str,
-        change: Change,
-    ) -> Result<Mutation, ApiError> {
+        key: String,
+        change: Change<T>,
+    ) -> Result<T::Object, ApiError> {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
             change,
             claim: overdue::claim(),
             answer,
         };
-        let key = format!("{ns}/{name}");
         let start = {
             let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             match waiting.get_mut(&key) {
@@ -83,25 +117,20 @@ impl Batches {
                 }
             }
         };
+        let what = target.describe();
         if start {
-            let writer = Writer {
-                api: Api::namespaced(client.clone(), ns),
-                ns: ns.to_string(),
-                name: name.to_string(),
-                limit,
-            };
-            tokio::spawn(writer.run(self.clone(), key));
+            tokio::spawn(Writer { target, limit }.run(self.clone(), key));
         }
         answered.await.unwrap_or_else(|_| {
             Err(ApiError(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the edit of mutation {ns}/{name} was dropped unanswered; read it"),
+                format!("the edit of {what} was dropped unanswered; read it"),
             ))
         })
     }
 
     /// The edits waiting for `key`'s writer, or none: then the writer is gone.
-    fn take(&self, key: &str) -> Vec<Pending> {
+    fn take(&self, key: &str) -> Vec<Pending<T>> {
         let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let taken = waiting.get_mut(key).map(std::mem::take).unwrap_or_default();
         if taken.is_empty() {
@@ -111,17 +140,15 @@ impl Batches {
     }
 }
 
-/// A Mutation's writer.
-struct Writer {
-    api: Api<Mutation>,
-    ns: String,
-    name: String,
+/// An object's writer.
+struct Writer<T> {
+    target: T,
     limit: Duration,
 }
 
-impl Writer {
+impl<T: Target> Writer<T> {
     /// Writes the edits waiting until there are none.
-    async fn run(self, batches: Batches, key: String) {
+    async fn run(self, batches: Batches<T>, key: String) {
         loop {
             let batch = batches.take(&key);
             if batch.is_empty() {
@@ -132,57 +159,37 @@ impl Writer {
     }
 
     /// One read-modify-write of the edits of `batch`, retried on a conflict.
-    async fn write(&self, mut batch: Vec<Pending>) {
-        let (ns, name) = (&self.ns, &self.name);
+    async fn write(&self, mut batch: Vec<Pending<T>>) {
         for attempt in 1..=MAX_ATTEMPTS {
             // A client gone before its edit was sent is not written for.
             batch.retain(|p| !p.answer.is_closed());
             if batch.is_empty() {
                 return;
             }
-            let current = match self.bounded(self.api.get_opt(name)).await {
-                Ok(Ok(Some(current))) => current,
-                Ok(Ok(None)) => {
-                    let absent = format!("mutation {ns}/{name} not found");
-                    return refuse_all(batch, &ApiError::not_found(absent));
-                }
-                Ok(Err(err)) => return refuse_all(batch, &err.into()),
-                Err(late) => return refuse_all(batch, &late),
+            let current = match self.bounded(self.target.read()).await {
+                Ok(Ok(current)) => current,
+                Ok(Err(refused)) | Err(refused) => return refuse_all(batch, &refused),
             };
-            if current.variants_read_only() {
-                return refuse_all(batch, &read_only(ns, name));
-            }
-            let (variants, results) = apply(&current, &mut batch);
-            if variants == current.spec.variants {
+            let (part, results) = apply(&current, &mut batch);
+            if &part == T::part(&current) {
                 return answer(batch, results, &current);
             }
-            let patch = json!({
-                "metadata": { "resourceVersion": current.metadata.resource_version },
-                "spec": { "variants": variants },
-            });
-            let params = PatchParams {
-                field_manager: Some("mutantops-api".into()),
-                ..PatchParams::default()
-            };
-            let merge = Patch::Merge(&patch);
-            let failed = match self.bounded(self.api.patch(name, &params, &merge)).await {
-                Ok(Ok(updated)) => {
-                    tracing::debug!(
-                        namespace = ns,
-                        name,
-                        attempt,
-                        edits = batch.len(),
-                        "variant edits written"
-                    );
+            let failed = match self.bounded(self.target.write(&current, &part)).await {
+                Ok(Ok(written)) => {
+                    let (namespace, name) = self.target.owner();
+                    let edits = batch.len();
+                    tracing::debug!(namespace, name, attempt, edits, "{}", T::WRITTEN);
                     for (p, r) in batch.iter().zip(&results) {
                         if r.is_ok() {
                             p.claim.acknowledged();
                         }
                     }
-                    return answer(batch, results, &updated);
+                    return answer(batch, results, &written);
                 }
                 Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
-                    tracing::debug!(namespace = ns, name, attempt, "resourceVersion conflict");
+                    let (namespace, name) = self.target.owner();
+                    let what = self.target.describe();
+                    tracing::debug!(namespace, name, attempt, "resourceVersion conflict: {what}");
                     // Spread the retries of writers on other replicas a little.
                     tokio::time::sleep(Duration::from_millis(2 * attempt as u64)).await;
                     continue;
@@ -195,77 +202,74 @@ impl Writer {
             return answer(batch, answers.collect(), &current);
         }
         let gave_up = format!(
-            "mutation {ns}/{name} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again"
+            "{} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again",
+            self.target.describe()
         );
         refuse_all(batch, &ApiError(StatusCode::SERVICE_UNAVAILABLE, gave_up));
     }
 
     /// `call` within the writer's limit: its own result, or 503 when it took longer.
-    async fn bounded<T>(
+    async fn bounded<R, E>(
         &self,
-        call: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<Result<T, kube::Error>, ApiError> {
+        call: impl Future<Output = Result<R, E>>,
+    ) -> Result<Result<R, E>, ApiError> {
         tokio::time::timeout(self.limit, call).await.map_err(|_| {
             ApiError(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
-                    "the Kubernetes API did not answer within {} s; read the mutation before \
-                     you retry",
-                    self.limit.as_secs_f64()
+                    "the Kubernetes API did not answer within {} s; read {} before you retry",
+                    self.limit.as_secs_f64(),
+                    self.target.describe()
                 ),
             )
         })
     }
 }
 
-/// The Mutation's variants after the edits of `batch`, applied in order to `current`, and
-/// each edit's result. An edit that changes something is claimed for its request first; one
-/// whose request was already told that nothing was changed is dropped from the batch.
-fn apply(
-    current: &Mutation,
-    batch: &mut Vec<Pending>,
-) -> (Vec<Variant>, Vec<Result<(), ApiError>>) {
+/// The part after the edits of `batch`, applied in order to `current`, and each edit's
+/// result. An edit that changes something is claimed for its request first; one whose
+/// request was already told that nothing was changed is dropped from the batch.
+fn apply<T: Target>(
+    current: &T::Object,
+    batch: &mut Vec<Pending<T>>,
+) -> (T::Part, Vec<Result<(), ApiError>>) {
     'again: loop {
         let mut edited = current.clone();
         let mut results = Vec::with_capacity(batch.len());
         for (i, p) in batch.iter().enumerate() {
             match (p.change)(&edited) {
-                Ok(variants) if variants == edited.spec.variants => results.push(Ok(())),
-                Ok(variants) => {
+                Ok(part) if &part == T::part(&edited) => results.push(Ok(())),
+                Ok(part) => {
                     if !p.claim.sent() {
                         batch.remove(i);
                         continue 'again;
                     }
-                    edited.spec.variants = variants;
+                    T::set(&mut edited, part);
                     results.push(Ok(()));
                 }
                 Err(refused) => results.push(Err(refused)),
             }
         }
-        return (edited.spec.variants, results);
+        return (T::part(&edited).clone(), results);
     }
 }
 
-/// Answers each edit of `batch`: its refusal, or `m`.
-fn answer(batch: Vec<Pending>, results: Vec<Result<(), ApiError>>, m: &Mutation) {
+/// Answers each edit of `batch`: its refusal, or `object`.
+fn answer<T: Target>(
+    batch: Vec<Pending<T>>,
+    results: Vec<Result<(), ApiError>>,
+    object: &T::Object,
+) {
     for (p, r) in batch.into_iter().zip(results) {
-        let _ = p.answer.send(r.map(|()| m.clone()));
+        let _ = p.answer.send(r.map(|()| object.clone()));
     }
 }
 
 /// Answers every edit of `batch` with `err`.
-fn refuse_all(batch: Vec<Pending>, err: &ApiError) {
+fn refuse_all<T: Target>(batch: Vec<Pending<T>>, err: &ApiError) {
     for p in batch {
         let _ = p.answer.send(Err(err.clone()));
     }
-}
-
-/// Why the variants of Mutation `ns/name` are not the API's to change.
-fn read_only(ns: &str, name: &str) -> ApiError {
-    ApiError::conflict(format!(
-        "mutation {ns}/{name} is synced by Argo CD without annotation \
-         mutantops.neiam.org/runtime-variants: \"true\": its variants belong in git"
-    ))
 }
 
 #[cfg(test)]

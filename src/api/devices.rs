@@ -6,24 +6,26 @@
 //! token), and the variants enrollment made. What is known of each device's liveness is in
 //! `status.devices` (`submit::devices`), written by the replica that heard it (`liveness`).
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use hyper::StatusCode;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::{
     auth::Caller,
+    batch::{Listed, OfMutation},
     error::{ApiError, ApiResult},
     fresh,
     json::VariantRequest,
     registry::{cached_registry, edit_registry, listed, read_registry, wait_registry},
-    state::{ApiState, EditGuard},
+    state::ApiState,
     variants,
 };
 use crate::{
     controller::secret::new_token,
     crd::{DeviceStatus, Mutation, OwnerKind, Variant, VariantService},
     http,
-    submit::devices::{Written, write as write_devices},
     variant::{
         Owner,
         devices::{DeviceRecord, Policy, Registry, heard, rfc3339, token_hash, validate_device_id},
@@ -78,22 +80,38 @@ fn issue_token() -> Result<String, ApiError> {
 }
 
 /// What a change of a Mutation's devices starts with: the Mutation (which must have
-/// `spec.devices`), its owner reference, and this replica's turn at its devices Secret.
-async fn begin<'a>(
-    state: &'a ApiState,
+/// `spec.devices`) and its owner reference. This replica's changes of one devices Secret are
+/// written together (`registry::edit_registry`).
+async fn begin(
+    state: &ApiState,
     caller: &Caller,
     ns: &str,
     name: &str,
-) -> Result<(std::sync::Arc<Mutation>, Policy, Owner, EditGuard<'a>), ApiError> {
+) -> Result<(std::sync::Arc<Mutation>, Policy, Owner), ApiError> {
     let m = fresh::mutation(state, caller, ns, name).await?;
     let policy = policy(&m, ns, name)?;
     let owner = owner_of(&m)?;
-    let turn = state.edits.lock(ns, &format!("{name}/devices")).await;
-    Ok((m, policy, owner, turn))
+    Ok((m, policy, owner))
 }
 
 fn absent(ns: &str, name: &str, id: &str) -> ApiError {
     ApiError::not_found(format!("device {id:?} not found in mutation {ns}/{name}"))
+}
+
+/// Whether `r` has room for device `id`: not enrolled yet, and fewer than `max` devices.
+fn room_for(r: &Registry, id: &str, ns: &str, name: &str, max: usize) -> Result<(), ApiError> {
+    if r.devices.contains_key(id) {
+        return Err(ApiError::conflict(format!(
+            "device {id:?} is already enrolled in mutation {ns}/{name}"
+        )));
+    }
+    if r.devices.len() >= max {
+        return Err(ApiError::forbidden(format!(
+            "mutation {ns}/{name} has {} devices, its maxDevices: no more enroll",
+            r.devices.len()
+        )));
+    }
+    Ok(())
 }
 
 /// `POST .../devices` (the admin, or the Mutation's token while enrollment is open): 201
@@ -107,7 +125,7 @@ pub async fn enroll(
     name: &str,
     body: EnrollRequest,
 ) -> ApiResult {
-    let (m, policy, owner, _turn) = begin(state, caller, ns, name).await?;
+    let (m, policy, owner) = begin(state, caller, ns, name).await?;
     validate_device_id(&body.id).map_err(ApiError::bad_request)?;
     let now = Timestamp::now();
     if *caller != Caller::Admin {
@@ -130,20 +148,8 @@ pub async fn enroll(
         }
     };
     let id = body.id;
-    let free = |r: &Registry| {
-        if r.devices.contains_key(&id) {
-            return Err(ApiError::conflict(format!(
-                "device {id:?} is already enrolled in mutation {ns}/{name}"
-            )));
-        }
-        if r.devices.len() >= policy.max_devices {
-            return Err(ApiError::forbidden(format!(
-                "mutation {ns}/{name} has {} devices, its maxDevices: no more enroll",
-                r.devices.len()
-            )));
-        }
-        Ok(())
-    };
+    let max = policy.max_devices;
+    let free = |r: &Registry| room_for(r, &id, ns, name, max);
     // Checked before anything is written, so that a refused enrollment changes nothing: first
     // on this replica's cache, so that one refused there costs the API server nothing (the
     // enrollment key is shared by every board not enrolled yet), then on the Secret as the API
@@ -176,15 +182,19 @@ pub async fn enroll(
         variant: label.clone(),
         enrolled_at: enrolled_at.clone(),
     };
-    let written = edit_registry(state, &owner, |r| {
-        free(r)?;
-        r.devices.insert(id.clone(), record.clone());
-        if made {
-            r.made.insert(label.clone());
+    let enrolled = {
+        let (id, record, label) = (id.clone(), record.clone(), label.clone());
+        let (ns, name) = (ns.to_string(), name.to_string());
+        move |r: &mut Registry| {
+            room_for(r, &id, &ns, &name, max)?;
+            r.devices.insert(id.clone(), record.clone());
+            if made {
+                r.made.insert(label.clone());
+            }
+            Ok(())
         }
-        Ok(())
-    })
-    .await;
+    };
+    let written = edit_registry(state, &owner, enrolled).await;
     if let Err(err) = written {
         if made && let Err(undo) = variants::remove_if_there(state, ns, name, &label).await {
             tracing::warn!(namespace = ns, name, variant = %label, error = %undo.1, "could not remove the variant of a failed enrollment");
@@ -193,20 +203,19 @@ pub async fn enroll(
     }
     let entry = record.entry(&id);
     // The token is in the Secret: a failed status write is the leader's to make good.
-    let written = write_devices(&state.client, ns, name, |m| {
-        let mut list = listed(m).to_vec();
+    let add = move |list: &[DeviceStatus]| {
+        let mut list = list.to_vec();
         list.retain(|d| d.id != entry.id);
         list.push(entry.clone());
-        Some(list)
-    })
-    .await;
-    listed_now(
+        list
+    };
+    relist(
         state,
         ns,
         name,
-        written,
         &id,
         "list the enrolled device in status",
+        add,
     )
     .await;
     state
@@ -267,37 +276,40 @@ pub async fn remove(
     name: &str,
     id: &str,
 ) -> ApiResult {
-    let (_, _, owner, _turn) = begin(state, caller, ns, name).await?;
-    let (before, after) = edit_registry(state, &owner, |r| {
-        let record = r.devices.remove(id).ok_or_else(|| absent(ns, name, id))?;
-        if r.users_of(&record.variant) == 0 {
-            r.made.remove(&record.variant);
+    let (_, _, owner) = begin(state, caller, ns, name).await?;
+    // The variant enrollment made that this removal leaves without a device, as the edit
+    // that was written found it (an edit may be applied more than once: on a conflict, or
+    // when another of its batch is left out).
+    let unused = Arc::new(Mutex::new(None::<String>));
+    let removal = {
+        let (unused, id) = (Arc::clone(&unused), id.to_string());
+        let (ns, name) = (ns.to_string(), name.to_string());
+        move |r: &mut Registry| {
+            let record = r
+                .devices
+                .remove(&id)
+                .ok_or_else(|| absent(&ns, &name, &id))?;
+            let last = r.users_of(&record.variant) == 0 && r.made.remove(&record.variant);
+            *unused.lock().unwrap_or_else(PoisonError::into_inner) = last.then_some(record.variant);
+            Ok(())
         }
-        Ok(())
-    })
-    .await?;
+    };
+    edit_registry(state, &owner, removal).await?;
     state.heartbeats.forget(ns, name, id);
     wait_registry(state, ns, name, |r| !r.devices.contains_key(id)).await;
-    if let Some(record) = before.devices.get(id)
-        && before.made.contains(&record.variant)
-        && !after.made.contains(&record.variant)
-    {
-        variants::remove_if_there(state, ns, name, &record.variant).await?;
+    let unused = unused.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(label) = unused {
+        variants::remove_if_there(state, ns, name, &label).await?;
     }
-    let written = write_devices(&state.client, ns, name, |m| {
-        let list = listed(m);
-        list.iter()
-            .any(|d| d.id == id)
-            .then(|| list.iter().filter(|d| d.id != id).cloned().collect())
-    })
-    .await;
-    listed_now(
+    let gone = id.to_string();
+    let drop = move |list: &[DeviceStatus]| list.iter().filter(|d| d.id != gone).cloned().collect();
+    relist(
         state,
         ns,
         name,
-        written,
         id,
         "drop the removed device from status",
+        drop,
     )
     .await;
     tracing::info!(namespace = ns, name, device = id, "removed a device");
@@ -314,15 +326,21 @@ pub async fn rotate(
     name: &str,
     id: &str,
 ) -> ApiResult {
-    let (_, _, owner, _turn) = begin(state, caller, ns, name).await?;
+    let (_, _, owner) = begin(state, caller, ns, name).await?;
     let token = issue_token()?;
     let hash = token_hash(&token);
-    edit_registry(state, &owner, |r| {
-        let record = r.devices.get_mut(id).ok_or_else(|| absent(ns, name, id))?;
-        record.hash = hash;
-        Ok(())
-    })
-    .await?;
+    let rotation = {
+        let (id, ns, name) = (id.to_string(), ns.to_string(), name.to_string());
+        move |r: &mut Registry| {
+            let record = r
+                .devices
+                .get_mut(&id)
+                .ok_or_else(|| absent(&ns, &name, &id))?;
+            record.hash = hash;
+            Ok(())
+        }
+    };
+    edit_registry(state, &owner, rotation).await?;
     wait_registry(state, ns, name, |r| {
         r.devices.get(id).is_some_and(|d| d.hash == hash)
     })
@@ -344,24 +362,29 @@ pub async fn rotate(
     ))
 }
 
-/// After a status write of device `id` (`doing` says what it was for): waits until this
-/// replica's cache shows it, so the client reads its own write; a failed write is logged
-/// and left to the leader, which lists what the devices Secret holds.
-async fn listed_now(
-    state: &ApiState,
-    ns: &str,
-    name: &str,
-    written: kube::Result<Written>,
-    id: &str,
-    doing: &str,
-) {
-    match written {
-        Ok(Written::Yes(m)) => {
-            fresh::catch_up(state, ns, name, m.metadata.resource_version.as_deref()).await;
-        }
-        Ok(Written::Unchanged | Written::Absent) => {}
+/// Changes the device list in Mutation `ns/name`'s status for device `id` (`doing` says what
+/// for), together with this replica's other changes of it waiting, then waits until this
+/// replica's cache shows it, so the client reads its own write. A failed write is logged and
+/// left to the leader, which lists what the devices Secret holds.
+async fn relist<F>(state: &ApiState, ns: &str, name: &str, id: &str, doing: &str, change: F)
+where
+    F: Fn(&[DeviceStatus]) -> Vec<DeviceStatus> + Send + Sync + 'static,
+{
+    let target = OfMutation::new(&state.client, ns, name);
+    let key = target.key();
+    let change = move |m: &Mutation| {
+        let mut list = change(listed(m));
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(list)
+    };
+    let written = state
+        .device_lists
+        .edit(Listed(target), state.deadline, key, Box::new(change));
+    match written.await {
+        Ok(m) => fresh::catch_up(state, ns, name, m.metadata.resource_version.as_deref()).await,
+        Err(err) if err.0 == StatusCode::NOT_FOUND => {}
         Err(err) => {
-            tracing::warn!(namespace = ns, name, device = id, error = %err, "could not {doing}");
+            tracing::warn!(namespace = ns, name, device = id, error = %err.1, "could not {doing}");
         }
     }
 }

@@ -4,18 +4,15 @@
 
 use std::time::Duration;
 
-use hyper::StatusCode;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api,
-    api::{ObjectMeta, PostParams},
-    runtime::reflector::ObjectRef,
-};
+use kube::runtime::reflector::ObjectRef;
 
-use super::{batch::MAX_ATTEMPTS, error::ApiError, state::ApiState};
+use super::{
+    batch::{Devices, DevicesSecret, Target},
+    error::ApiError,
+    state::ApiState,
+};
 use crate::{
     cache::{CacheState, Caches},
-    controller::secret::owned_metadata,
     crd::{DeviceStatus, Mutation},
     variant::{
         Owner,
@@ -76,87 +73,35 @@ pub(super) async fn wait_registry<F: Fn(&Registry) -> bool>(
 /// The devices Secret of `owner`, read from the API server, and its registry. A Secret of
 /// that name that the Mutation does not control is refused (409), never read further.
 pub(super) async fn read_registry(state: &ApiState, owner: &Owner) -> Result<Registry, ApiError> {
-    Ok(read_secret(state, owner).await?.1)
+    Ok(DevicesSecret::new(&state.client, owner)
+        .read()
+        .await?
+        .registry)
 }
 
-pub(super) async fn read_secret(
-    state: &ApiState,
-    owner: &Owner,
-) -> Result<(Option<Secret>, Registry), ApiError> {
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &owner.namespace);
-    let name = devices_secret_name(&owner.name);
-    let Some(secret) = api.get_opt(&name).await? else {
-        return Ok((None, Registry::default()));
-    };
-    if !is_controlled_by(&secret.metadata, &owner.uid) {
-        return Err(ApiError::conflict(format!(
-            "Secret {name:?} exists and is not owned by mutation {}/{}: devices cannot \
-             enroll until it is deleted",
-            owner.namespace, owner.name
-        )));
-    }
-    let registry = Registry::from_data(secret.data.as_ref().unwrap_or(&Default::default()));
-    Ok((Some(secret), registry))
-}
-
-/// Read-modify-write of the devices Secret: `change` edits the registry read from the API
-/// server (or refuses), and the Secret is written with the resourceVersion it was read at
-/// (created when missing); a conflict reads again. Returns the registry before and after.
+/// Read-modify-write of the devices Secret, together with this replica's other edits of it
+/// waiting at the time ([`super::batch`]): `change` edits the registry read from the API
+/// server (as the edits before it left it), or refuses, and the Secret is written with the
+/// resourceVersion it was read at (created when missing); a conflict reads again. Returns
+/// the registry as written.
 pub(super) async fn edit_registry<F>(
     state: &ApiState,
     owner: &Owner,
     change: F,
-) -> Result<(Registry, Registry), ApiError>
+) -> Result<Registry, ApiError>
 where
-    F: Fn(&mut Registry) -> Result<(), ApiError>,
+    F: Fn(&mut Registry) -> Result<(), ApiError> + Send + Sync + 'static,
 {
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &owner.namespace);
-    let name = devices_secret_name(&owner.name);
-    let params = PostParams {
-        field_manager: Some("mutantops-api".into()),
-        ..PostParams::default()
+    let target = DevicesSecret::new(&state.client, owner);
+    let key = target.key();
+    let change = move |d: &Devices| {
+        let mut registry = d.registry.clone();
+        change(&mut registry)?;
+        Ok(registry)
     };
-    for attempt in 1..=MAX_ATTEMPTS {
-        let (existing, before) = read_secret(state, owner).await?;
-        let mut after = before.clone();
-        change(&mut after)?;
-        let data = Some(after.to_data());
-        let result = match existing {
-            Some(mut secret) => {
-                secret.data = data;
-                secret.string_data = None;
-                crate::http::overdue::write(api.replace(&name, &params, &secret)).await
-            }
-            None => {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        annotations: Some(
-                            [(
-                                "mutantops.neiam.org/contents".to_owned(),
-                                "SHA-256 hashes of device tokens; no token".to_owned(),
-                            )]
-                            .into(),
-                        ),
-                        ..owned_metadata(owner, &name)
-                    },
-                    type_: Some("Opaque".to_owned()),
-                    data,
-                    ..Secret::default()
-                };
-                crate::http::overdue::write(api.create(&params, &secret)).await
-            }
-        };
-        match result {
-            Ok(_) => return Ok((before, after)),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                tracing::debug!(namespace = %owner.namespace, secret = %name, attempt, "devices Secret changed meanwhile; retrying");
-                tokio::time::sleep(Duration::from_millis(2 * attempt as u64)).await;
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    Err(ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("Secret {name:?} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again"),
-    ))
+    let written = state
+        .registries
+        .edit(target, state.deadline, key, Box::new(change))
+        .await?;
+    Ok(written.registry)
 }

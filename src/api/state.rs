@@ -1,5 +1,5 @@
-//! What every handler shares: [`ApiState`] (client, caches, auth, limits, budgets, edit
-//! locks) and the per-Secret [`EditLocks`].
+//! What every handler shares: [`ApiState`] (client, caches, auth, limits, budgets, the
+//! writers of batched edits).
 
 use std::sync::Arc;
 
@@ -7,6 +7,7 @@ use kube::Client;
 
 use super::{
     auth::{Auth, Caller},
+    batch::{Batches, DevicesSecret, Listed, Variants},
     budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE, WRITES_PER_TOKEN},
     error::ApiError,
     heartbeats::Heartbeats,
@@ -24,11 +25,12 @@ pub struct ApiState {
     pub auth: Auth,
     /// Body limits and timeouts.
     pub server: ServerConfig,
-    /// One lock per devices Secret being edited, so this replica's edits of one queue up
-    /// instead of racing (the resourceVersion check still guards against other writers).
-    pub edits: EditLocks,
     /// The variant edits of each Mutation, written together (R22).
-    pub batches: super::batch::Batches,
+    pub batches: Batches<Variants>,
+    /// The edits of each devices Secret, written together (R39).
+    pub registries: Batches<DevicesSecret>,
+    /// The enrollments' and removals' edits of each Mutation's device list (R40).
+    pub device_lists: Batches<Listed>,
     /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`,
     /// else those labelled for it: issue 35, item 8).
     pub namespaces: Served,
@@ -77,8 +79,9 @@ impl ApiState {
             caches,
             auth,
             server,
-            edits: EditLocks::default(),
-            batches: super::batch::Batches::default(),
+            batches: Batches::default(),
+            registries: Batches::default(),
+            device_lists: Batches::default(),
             namespaces,
             misses: MissChecks::default(),
             validations: Validations::default(),
@@ -113,50 +116,5 @@ impl ApiState {
     /// to serve it.
     pub fn not_served(&self, ns: &str) -> ApiError {
         ApiError::not_found(self.namespaces.why_not(ns))
-    }
-}
-
-/// Per-Secret locks for edits of a devices Secret; an entry lives only while someone holds or waits for
-/// it.
-#[derive(Default)]
-pub struct EditLocks(
-    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-);
-
-impl EditLocks {
-    /// Waits for the lock of `ns/name`.
-    pub async fn lock(&self, ns: &str, name: &str) -> EditGuard<'_> {
-        let key = format!("{ns}/{name}");
-        let lock = match self.0.lock() {
-            Ok(mut map) => map.entry(key.clone()).or_default().clone(),
-            // A poisoned map only loses the queueing; the resourceVersion check still holds.
-            Err(_) => Arc::default(),
-        };
-        let guard = lock.clone().lock_owned().await;
-        EditGuard {
-            locks: self,
-            key,
-            lock,
-            _guard: guard,
-        }
-    }
-}
-
-/// Holds an edit lock; dropping it releases the lock and forgets unused entries.
-pub struct EditGuard<'a> {
-    locks: &'a EditLocks,
-    key: String,
-    lock: Arc<tokio::sync::Mutex<()>>,
-    _guard: tokio::sync::OwnedMutexGuard<()>,
-}
-
-impl Drop for EditGuard<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut map) = self.locks.0.lock() {
-            // Three holders: the map, this guard's `lock`, and the owned guard inside it.
-            if Arc::strong_count(&self.lock) <= 3 {
-                map.remove(&self.key);
-            }
-        }
     }
 }

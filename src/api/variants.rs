@@ -6,6 +6,7 @@ use hyper::StatusCode;
 
 use super::{
     auth::Caller,
+    batch::{OfMutation, Variants},
     budget::Asker,
     check::check_with_server,
     error::{ApiError, ApiResult},
@@ -302,9 +303,12 @@ async fn edit<F>(state: &ApiState, ns: &str, name: &str, change: F) -> Result<Mu
 where
     F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
 {
+    let target = OfMutation::new(&state.client, ns, name);
+    let key = target.key();
+    let target = Variants(target);
     let updated = state
         .batches
-        .edit(&state.client, state.deadline, ns, name, Box::new(change))
+        .edit(target, state.deadline, key, Box::new(change))
         .await?;
     catch_up(
         state,

@@ -44,10 +44,6 @@ where
     F: Fn(&Mutation) -> Option<Vec<DeviceStatus>>,
 {
     let api: Api<Mutation> = Api::namespaced(client.clone(), ns);
-    let params = PatchParams {
-        field_manager: Some(DEVICES_FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
     let mut last = None;
     for attempt in 0..ATTEMPTS {
         let Some(current) = api.get_opt(name).await? else {
@@ -57,13 +53,8 @@ where
             return Ok(Written::Unchanged);
         };
         devices.sort_by(|a, b| a.id.cmp(&b.id));
-        let patch = json!({
-            "metadata": { "resourceVersion": current.metadata.resource_version },
-            "status": { "devices": devices, "deviceSummary": summary(&devices) },
-        });
-        match crate::http::overdue::write(api.patch_status(name, &params, &Patch::Merge(&patch)))
-            .await
-        {
+        let version = current.metadata.resource_version.as_deref();
+        match crate::http::overdue::write(patch(&api, name, version, &devices)).await {
             Ok(updated) => return Ok(Written::Yes(Box::new(updated))),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 last = Some(kube::Error::Api(status));
@@ -76,4 +67,23 @@ where
     Err(last.unwrap_or_else(|| {
         kube::Error::Service(format!("{ns}/{name}: device status kept conflicting").into())
     }))
+}
+
+/// Writes `devices` (in id order) and their summary as Mutation `name`'s device list, guarded
+/// by `resource_version`: the one patch of both fields, also for writers that batch edits.
+pub async fn patch(
+    api: &Api<Mutation>,
+    name: &str,
+    resource_version: Option<&str>,
+    devices: &[DeviceStatus],
+) -> kube::Result<Mutation> {
+    let params = PatchParams {
+        field_manager: Some(DEVICES_FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let patch = json!({
+        "metadata": { "resourceVersion": resource_version },
+        "status": { "devices": devices, "deviceSummary": summary(devices) },
+    });
+    api.patch_status(name, &params, &Patch::Merge(&patch)).await
 }

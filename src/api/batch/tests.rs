@@ -1,9 +1,13 @@
-//! Unit tests of how a batch of variant edits is applied (R22).
+//! Unit tests of how a batch of edits is applied: variants (R22), a devices registry (R39).
 
 use super::*;
-use crate::{crd::fixtures, http::overdue::stalling_request};
+use crate::{
+    crd::{Mutation, Variant, fixtures},
+    http::overdue::stalling_request,
+    variant::devices::{DeviceRecord, Registry},
+};
 
-fn add(label: &'static str) -> Change {
+fn add(label: &'static str) -> Change<Variants> {
     Box::new(move |m: &Mutation| {
         if m.spec.variants.iter().any(|v| v.label == label) {
             return Err(ApiError::conflict(format!(
@@ -19,10 +23,10 @@ fn add(label: &'static str) -> Change {
     })
 }
 
-fn pending(
-    change: Change,
+fn pending<T: Target>(
+    change: Change<T>,
     claim: Claim,
-) -> (Pending, oneshot::Receiver<Result<Mutation, ApiError>>) {
+) -> (Pending<T>, oneshot::Receiver<Result<T::Object, ApiError>>) {
     let (answer, answered) = oneshot::channel();
     (
         Pending {
@@ -46,7 +50,7 @@ fn edits_apply_in_order_and_a_refused_one_changes_nothing_of_the_others() {
         .into_iter()
         .map(|c| pending(c, overdue::claim()))
         .unzip();
-    let (variants, results) = apply(&current, &mut batch);
+    let (variants, results) = apply::<Variants>(&current, &mut batch);
     assert_eq!(labels(&variants), ["a", "b"]);
     assert_eq!(batch.len(), 3);
     let codes: Vec<_> = results
@@ -63,10 +67,10 @@ fn answers_carry_each_edits_own_result() {
         .into_iter()
         .map(|c| pending(c, overdue::claim()))
         .unzip();
-    let (variants, results) = apply(&current, &mut batch);
+    let (variants, results) = apply::<Variants>(&current, &mut batch);
     let mut written = current.clone();
     written.spec.variants = variants;
-    answer(batch, results, &written);
+    answer::<Variants>(batch, results, &written);
     let mut answers = answers.into_iter();
     let first = answers.next().unwrap().try_recv().unwrap().unwrap();
     assert_eq!(labels(&first.spec.variants), ["a"]);
@@ -86,7 +90,7 @@ async fn an_edit_whose_request_was_told_nothing_changed_is_left_out() {
     let (one, _a) = pending(add("a"), late);
     let (two, _b) = pending(add("a"), overdue::claim());
     let mut batch = vec![one, two];
-    let (variants, results) = apply(&current, &mut batch);
+    let (variants, results) = apply::<Variants>(&current, &mut batch);
     assert_eq!(labels(&variants), ["a"]);
     assert_eq!(batch.len(), 1, "the edit told nothing changed is dropped");
     assert!(results[0].is_ok(), "{results:?}");
@@ -100,10 +104,10 @@ async fn an_edit_that_changes_nothing_is_not_a_write() {
     let ((), cut) = tokio::join!(
         async {
             let claim = rx.await.unwrap();
-            let unchanged: Change = Box::new(|m: &Mutation| Ok(m.spec.variants.clone()));
+            let unchanged: Change<Variants> = Box::new(|m: &Mutation| Ok(m.spec.variants.clone()));
             let (p, _answer) = pending(unchanged, claim);
             let mut batch = vec![p];
-            let (variants, results) = apply(&current, &mut batch);
+            let (variants, results) = apply::<Variants>(&current, &mut batch);
             assert!(variants.is_empty() && results[0].is_ok());
         },
         cut
@@ -113,4 +117,44 @@ async fn an_edit_that_changes_nothing_is_not_a_write() {
         overdue::Outcome::NothingWritten,
         "no write was claimed"
     );
+}
+
+fn enroll(id: &'static str) -> Change<DevicesSecret> {
+    Box::new(move |d: &Devices| {
+        let mut registry = d.registry.clone();
+        if registry.devices.contains_key(id) {
+            return Err(ApiError::conflict(format!(
+                "device {id:?} is already enrolled"
+            )));
+        }
+        let record = DeviceRecord {
+            hash: [0; 32],
+            variant: "v".into(),
+            enrolled_at: "2026-12-05T00:00:00Z".into(),
+        };
+        registry.devices.insert(id.into(), record);
+        Ok(registry)
+    })
+}
+
+#[test]
+fn enrollments_of_one_secret_are_applied_together_and_an_id_is_taken_once() {
+    // R39: boards enrolling at once are written in one write; a second board with an id
+    // already taken in the same batch is refused, the others land.
+    let current = Devices {
+        secret: None,
+        registry: Registry::default(),
+    };
+    let (mut batch, _answers): (Vec<_>, Vec<_>) = [enroll("a"), enroll("b"), enroll("a")]
+        .into_iter()
+        .map(|c| pending(c, overdue::claim()))
+        .unzip();
+    let (registry, results) = apply::<DevicesSecret>(&current, &mut batch);
+    let ids: Vec<_> = registry.devices.keys().map(String::as_str).collect();
+    assert_eq!(ids, ["a", "b"]);
+    let codes: Vec<_> = results
+        .iter()
+        .map(|r| r.as_ref().err().map(|e| e.0.as_u16()))
+        .collect();
+    assert_eq!(codes, [None, None, Some(409)]);
 }
