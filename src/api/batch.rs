@@ -56,6 +56,8 @@ pub trait Target: Send + Sync + 'static {
     ) -> impl Future<Output = kube::Result<Self::Object>> + Send;
     /// The object, for messages ("mutation ns/name").
     fn describe(&self) -> String;
+    /// Its key among the batches: the edits of one key share a writer.
+    fn key(&self) -> String;
     /// The namespace and name of the Mutation whose object it is, for the log.
     fn owner(&self) -> (&str, &str);
 }
@@ -88,14 +90,13 @@ impl<T: Target> Clone for Batches<T> {
 }
 
 impl<T: Target> Batches<T> {
-    /// Applies `change` to the object of `target` (known as `key`) together with the other
-    /// edits waiting for it, and answers the object as written (or as read, when nothing
+    /// Applies `change` to the object of `target` together with the other edits waiting for
+    /// it, and answers the object as written (or as read, when nothing
     /// changed). Each call to the API server is bounded by `limit`.
     pub async fn edit(
         &self,
         target: T,
         limit: Duration,
-        key: String,
         change: Change<T>,
     ) -> Result<T::Object, ApiError> {
         let (answer, answered) = oneshot::channel();
@@ -104,6 +105,7 @@ impl<T: Target> Batches<T> {
             claim: overdue::claim(),
             answer,
         };
+        let key = target.key();
         let start = {
             let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             match waiting.get_mut(&key) {

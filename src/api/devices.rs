@@ -370,8 +370,7 @@ async fn relist<F>(state: &ApiState, ns: &str, name: &str, id: &str, doing: &str
 where
     F: Fn(&[DeviceStatus]) -> Vec<DeviceStatus> + Send + Sync + 'static,
 {
-    let target = OfMutation::new(&state.client, ns, name);
-    let key = target.key();
+    let target = Listed(OfMutation::new(&state.client, ns, name));
     let change = move |m: &Mutation| {
         let mut list = change(listed(m));
         list.sort_by(|a, b| a.id.cmp(&b.id));
@@ -379,7 +378,7 @@ where
     };
     let written = state
         .device_lists
-        .edit(Listed(target), state.deadline, key, Box::new(change));
+        .edit(target, state.deadline, Box::new(change));
     match written.await {
         Ok(m) => fresh::catch_up(state, ns, name, m.metadata.resource_version.as_deref()).await,
         Err(err) if err.0 == StatusCode::NOT_FOUND => {}

@@ -82,26 +82,25 @@ pub(super) async fn read_registry(state: &ApiState, owner: &Owner) -> Result<Reg
 /// Read-modify-write of the devices Secret, together with this replica's other edits of it
 /// waiting at the time ([`super::batch`]): `change` edits the registry read from the API
 /// server (as the edits before it left it), or refuses, and the Secret is written with the
-/// resourceVersion it was read at (created when missing); a conflict reads again. Returns
-/// the registry as written.
+/// resourceVersion it was read at (created when missing); a conflict reads again.
 pub(super) async fn edit_registry<F>(
     state: &ApiState,
     owner: &Owner,
     change: F,
-) -> Result<Registry, ApiError>
+) -> Result<(), ApiError>
 where
     F: Fn(&mut Registry) -> Result<(), ApiError> + Send + Sync + 'static,
 {
     let target = DevicesSecret::new(&state.client, owner);
-    let key = target.key();
     let change = move |d: &Devices| {
         let mut registry = d.registry.clone();
         change(&mut registry)?;
         Ok(registry)
     };
-    let written = state
+    let change = Box::new(change);
+    state
         .registries
-        .edit(target, state.deadline, key, Box::new(change))
+        .edit(target, state.deadline, change)
         .await?;
-    Ok(written.registry)
+    Ok(())
 }

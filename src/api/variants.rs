@@ -303,12 +303,10 @@ async fn edit<F>(state: &ApiState, ns: &str, name: &str, change: F) -> Result<Mu
 where
     F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
 {
-    let target = OfMutation::new(&state.client, ns, name);
-    let key = target.key();
-    let target = Variants(target);
+    let target = Variants(OfMutation::new(&state.client, ns, name));
     let updated = state
         .batches
-        .edit(target, state.deadline, key, Box::new(change))
+        .edit(target, state.deadline, Box::new(change))
         .await?;
     catch_up(
         state,

@@ -40,11 +40,6 @@ impl OfMutation {
         }
     }
 
-    /// Its key among the batches.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.ns, self.name)
-    }
-
     async fn get(&self) -> Result<Mutation, ApiError> {
         let (ns, name) = (&self.ns, &self.name);
         self.api
@@ -110,6 +105,10 @@ impl Target for Variants {
     fn owner(&self) -> (&str, &str) {
         (&self.0.ns, &self.0.name)
     }
+
+    fn key(&self) -> String {
+        format!("{}/{}", self.0.ns, self.0.name)
+    }
 }
 
 impl Target for Listed {
@@ -145,6 +144,10 @@ impl Target for Listed {
     fn owner(&self) -> (&str, &str) {
         (&self.0.ns, &self.0.name)
     }
+
+    fn key(&self) -> String {
+        format!("{}/{}", self.0.ns, self.0.name)
+    }
 }
 
 /// A devices Secret as read: the Secret (none yet) and its registry.
@@ -171,11 +174,6 @@ impl DevicesSecret {
             owner: owner.clone(),
             name: devices_secret_name(&owner.name),
         }
-    }
-
-    /// Its key among the batches: a Mutation deleted and created again has a writer of its own.
-    pub fn key(&self) -> String {
-        format!("{}/{}/{}", self.owner.namespace, self.name, self.owner.uid)
     }
 }
 
@@ -257,5 +255,10 @@ impl Target for DevicesSecret {
 
     fn owner(&self) -> (&str, &str) {
         (&self.owner.namespace, &self.owner.name)
+    }
+
+    /// A Mutation deleted and created again has a writer of its own.
+    fn key(&self) -> String {
+        format!("{}/{}/{}", self.owner.namespace, self.name, self.owner.uid)
     }
 }
