@@ -3,7 +3,8 @@
 //! instead of each keeping a copy that drifts from the others. This test reads every script
 //! (`scripts/*` and `scripts/*.d/*.sh`) and fails on a function defined twice, naming it and
 //! where each definition is; a script's own function takes a name no other script uses. It
-//! also has bash parse each of them (`bash -n`).
+//! also has bash parse each of them (`bash -n`), and checks that the main step of
+//! `scripts/test` leaves the chaos suite to its own step.
 #![allow(clippy::unwrap_used, reason = "a failed step must fail the test")]
 
 use std::{
@@ -263,4 +264,42 @@ fn every_script_parses() {
         }
     }
     assert!(broken.is_empty(), "bash -n fails:\n{}", broken.join("\n"));
+}
+
+/// scripts/test's main step runs every test but those named `chaos_` (`--skip chaos_`): the
+/// chaos suite restarts the API server, so it runs alone at the end. A test of `tests/chaos`
+/// named otherwise would stop the API server under the other suites (a 30 s outage once left
+/// the chart's Deployment without pods for 90 s).
+#[test]
+fn every_chaos_test_is_skipped_by_the_main_step() {
+    let test = fs::read_to_string(repo().join("scripts/test")).unwrap();
+    assert!(
+        test.contains("--skip chaos_"),
+        "scripts/test no longer skips chaos_"
+    );
+    let mut misnamed = Vec::new();
+    let mut found = 0;
+    for path in sorted_entries(&repo().join("tests/chaos")) {
+        let text = fs::read_to_string(&path).unwrap();
+        let mut attribute = false;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim_start();
+            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+                attribute = true;
+            } else if attribute && line.contains("fn ") {
+                attribute = false;
+                found += 1;
+                let name = line.split("fn ").nth(1).unwrap_or_default();
+                if !name.starts_with("chaos_") {
+                    misnamed.push(format!("{}:{}: {line}", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(found >= 3, "tests found in tests/chaos: {found}");
+    assert!(
+        misnamed.is_empty(),
+        "tests of tests/chaos not named chaos_ (scripts/test would run them with the others):\n{}",
+        misnamed.join("\n")
+    );
 }

@@ -119,12 +119,12 @@ async fn scale_first_variant(ctx: &Ctx, owner: &OwnerInfo) {
         .unwrap_or_else(|e| panic!("{:?} {}: {e}", owner.kind, owner.name));
 }
 
-/// How long the API server stays away in [`an_outage_of_the_api_server_is_caught_up_in_seconds`].
+/// How long the API server stays away in [`chaos_outage_of_the_api_server_is_caught_up_in_seconds`].
 const OUTAGE: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "chaos: stops the API server; scripts/test runs it alone"]
-async fn an_outage_of_the_api_server_is_caught_up_in_seconds() {
+async fn chaos_outage_of_the_api_server_is_caught_up_in_seconds() {
     let (_ns, ctx) = start("outage").await;
     let mut owners = Vec::new();
     for (i, (kind, name)) in OWNERS.iter().enumerate() {
