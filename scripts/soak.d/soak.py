@@ -126,6 +126,30 @@ def open_files(pid, replica):
     return dict(sorted(kinds.items()))
 
 
+def connections(pid, replica):
+    """Replica's TCP connections other than to its own listeners, from `ss -tnpi`: per
+    connection the peer, the seconds since it last sent and last received, and the bytes
+    received. A watch receives now and then and sends nothing; a connection idle in the pool
+    does neither; the Lease's renewals send every few seconds."""
+    p = subprocess.run(["ss", "-H", "-tnpi", "state", "established"], capture_output=True, text=True)
+    found, lines = [], p.stdout.splitlines()
+    for head, info in zip(lines, lines[1:]):
+        if f"pid={pid}," not in head:
+            continue
+        f = head.split()
+        local, peer = f[2], f[3]
+        if int(local.rsplit(":", 1)[1]) in (replica.api_port, replica.metrics_port):
+            continue
+        fields = dict(w.split(":", 1) for w in info.split() if ":" in w and not w.startswith("("))
+
+        def secs(key):
+            v = fields.get(key, "")
+            return round(int(v) / 1000) if v.isdigit() else None
+        found.append({"local": local, "peer": peer, "last_sent_s": secs("lastsnd"),
+                      "last_received_s": secs("lastrcv"), "bytes_received": fields.get("bytes_received", "0")})
+    return sorted(found, key=lambda c: c["local"])
+
+
 def free_port():
     import socket
     with socket.socket() as s:
@@ -151,7 +175,7 @@ class Soak:
         self.replicas = []
         self.samples = []
         self.faults = {"apiserver restarts": 0, "b restarted while leading": 0, "a stepped down": 0}
-        self.calls = 0
+        self.calls, self.rests = 0, 0
 
     # --- the API, through the replicas in turn -------------------------------------------------
 
@@ -289,7 +313,34 @@ class Soak:
         fds, tasks, rss = min(x[0] for x in seen), min(x[1] for x in seen), min(x[2] for x in seen)
         kinds = next(x[3] for x in seen if x[0] == fds)
         log(f"at rest: {fds} descriptors ({kinds}), {tasks} tasks, VmRSS {rss} KiB")
+        # Which connections replica a holds, and how long each has been quiet: kept in the
+        # run's directory, so that a descriptor more at the end can be told apart (a watch, a
+        # connection idle in the pool, a request that never ended).
+        conns = connections(self.replicas[0].proc.pid, self.replicas[0])
+        self.rests += 1
+        with open(self.out / f"rest-{self.rests}-connections.json", "w") as f:
+            json.dump(conns, f, indent=1)
+        for c in conns:
+            log(f"  {c['local']} -> {c['peer']}: sent {c['last_sent_s']} s ago, received "
+                f"{c['last_received_s']} s ago, {c['bytes_received']} bytes in")
         return {"t": round(time.time() - t0, 1), "rss_kib": rss, "fds": fds, "tasks": tasks, "kinds": kinds}
+
+    def watch_longer(self, want, seconds=180):
+        """Diagnosis only (the verdict stands on the rest): whether replica a comes back to
+        `want` descriptors given more time, and which connections it holds meanwhile."""
+        log(f"more descriptors than after warm-up: watching {seconds} s more")
+        a, start, last = self.replicas[0], time.time(), None
+        while time.time() - start < seconds:
+            fds = a.sample()[1]
+            if fds != last:
+                conns = connections(a.proc.pid, a)
+                log(f"  +{time.time() - start:.0f} s: {fds} descriptors, connections "
+                    + ", ".join(f"{c['local'].rsplit(':', 1)[1]} (sent {c['last_sent_s']} s, "
+                                f"received {c['last_received_s']} s ago)" for c in conns))
+                last = fds
+            if fds <= want:
+                break
+            time.sleep(1)
 
     def sample(self, k, t0):
         time.sleep(1)
@@ -387,6 +438,8 @@ def soak_run(soak, exe):
                 f"{s['events']} Events")
         k += 1
     rested["at the end"] = soak.rest(t0)
+    if rested["at the end"]["fds"] > rested["after warm-up"]["fds"]:
+        soak.watch_longer(rested["after warm-up"]["fds"])
     if not soak.replicas[0].alive():
         die("replica a exited")
     summary, ok = plot.report(soak.samples, rested, {**soak.faults, "cycles": k, "API calls": soak.calls,
