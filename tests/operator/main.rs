@@ -63,6 +63,7 @@ mod stalling;
 mod steady;
 mod tls;
 mod totals;
+mod unconfirmed;
 mod watch_silence;
 mod writes;
 
