@@ -43,7 +43,7 @@ def report(samples, rested, facts, seconds):
                      f"{lo - hi} {unit} | {allowed} {unit} | {'met' if good else 'MISSED'} |")
     if not (second and last):
         lines.append("| (too few samples for the two windows) | | | | | MISSED |")
-    med = lambda w, k: statistics.median(s[k] for s in w) if w else 0  # noqa: E731
+    med = lambda w, k: statistics.median_low(s[k] for s in w) if w else 0  # noqa: E731
     trend = (f"Medians, second quarter → last: VmRSS {med(second, 'rss_kib') / 1024:.2f} → "
              f"{med(last, 'rss_kib') / 1024:.2f} MiB, descriptors {med(second, 'fds')} → {med(last, 'fds')}, "
              f"tasks {med(second, 'tasks')} → {med(last, 'tasks')}, Events in the namespace "

@@ -131,7 +131,11 @@ def connections(pid, replica):
     connection the peer, the seconds since it last sent and last received, and the bytes
     received. A watch receives now and then and sends nothing; a connection idle in the pool
     does neither; the Lease's renewals send every few seconds."""
-    p = subprocess.run(["ss", "-H", "-tnpi", "state", "established"], capture_output=True, text=True)
+    try:
+        p = subprocess.run(["ss", "-H", "-tnpi", "state", "established"], capture_output=True, text=True)
+    except OSError as e:
+        log(f"no listing of connections: ss: {e}")
+        return []
     found, lines = [], p.stdout.splitlines()
     for head, info in zip(lines, lines[1:]):
         if f"pid={pid}," not in head:
