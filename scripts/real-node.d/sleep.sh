@@ -54,6 +54,21 @@ service_url() {
 answered_by() {
     curl -fsS --max-time 1 "$1/cgi-bin/env" 2>/dev/null | sed -n 's/^HOSTNAME=//p' | grep .
 }
+# routed URL: the pod that answered URL, asked again for up to ROUTE_GRACE seconds, as a display
+# retries a fetch that failed: a pod counts as ready (and the poll says so) once its readiness
+# probe passed, and the node's kube-proxy routes its Service to it a moment later (by default
+# it syncs its rules at most once a second). Prints "POD SECONDS" (how long until it answered).
+ROUTE_GRACE=3
+routed() {
+    local t0 end who
+    t0=$(usec)
+    end=$((t0 + ROUTE_GRACE * 1000000))
+    until who=$(answered_by "$1"); do
+        (($(usec) < end)) || return 1
+        sleep 0.1
+    done
+    printf '%s %s\n' "$who" "$(secs_of $(($(usec) - t0)))"
+}
 # deploy_counts LABEL: "spec.replicas status.replicas status.readyReplicas" of its Deployment.
 deploy_counts() {
     kc -n "$NS" get deploy "browser-snap-$1" -o json \
@@ -303,7 +318,7 @@ delete_devices() { # delete_devices ID...: the admin removes them
 # after that must find the variant ready and answered by a pod that was not there at the
 # previous poll, the variant seen at zero replicas (spec and status) in between.
 scheduled_devices() {
-    local w=$1 rate=$2 t d code who url counts
+    local w=$1 rate=$2 t d code who took url counts
     local ids=(snap-lily snap-radxa) labels=(lilygo47 radxa-8-hd) toks=() due=() polls=(0 0)
     local zero=(0 0) before=("" "") tok_lily tok_radxa retry
     tok_lily=$(enroll snap-lily lilygo47)
@@ -328,13 +343,14 @@ scheduled_devices() {
                 [[ $(jq -r .ready "$work/poll-${ids[$d]}.json") == true ]] \
                     || fail "${ids[$d]}'s poll $((polls[d] + 1)) (every ${rate}s, warmup ${w}s): not ready: $(cat "$work/poll-${ids[$d]}.json")"
                 url=$(service_url "$work/poll-${ids[$d]}.json") || fail "the poll names no nodePort"
-                who=$(answered_by "$url") || fail "${ids[$d]}'s poll said ready, and $url did not answer"
+                read -r who took < <(routed "$url") \
+                    || fail "${ids[$d]}'s poll said ready, and $url did not answer within ${ROUTE_GRACE} s"
                 [[ $who == "browser-snap-${labels[$d]}-"* ]] || fail "$url was answered by $who"
                 [[ " ${before[$d]} " != *" pod/$who "* ]] \
                     || fail "${labels[$d]}: $who answered, a pod that ran at the previous poll"
                 ((zero[d] == 1)) \
                     || fail "${labels[$d]} was not seen at zero replicas between ${ids[$d]}'s polls $((polls[d])) and $((polls[d] + 1))"
-                ok "${ids[$d]} poll $((polls[d] + 1)) (every ${rate}s, warmup ${w}s): ready, answered by $who; ${labels[$d]} at 0 replicas since the last poll"
+                ok "${ids[$d]} poll $((polls[d] + 1)) (every ${rate}s, warmup ${w}s): ready, answered by $who after ${took} s; ${labels[$d]} at 0 replicas since the last poll"
             fi
             before[d]=$(kc -n "$NS" get pods -l "mutantops.neiam.org/variant=${labels[$d]}" -o name | tr '\n' ' ')
             zero[d]=0
