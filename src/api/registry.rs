@@ -97,10 +97,9 @@ where
         change(&mut registry)?;
         Ok(registry)
     };
-    let change = Box::new(change);
     state
         .registries
-        .edit(target, state.deadline, change)
+        .edit(target, state.deadline, Box::new(change))
         .await?;
     Ok(())
 }

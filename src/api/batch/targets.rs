@@ -40,6 +40,11 @@ impl OfMutation {
         }
     }
 
+    /// Its key among the batches: the Mutation's namespace and name.
+    fn key(&self) -> String {
+        format!("{}/{}", self.ns, self.name)
+    }
+
     async fn get(&self) -> Result<Mutation, ApiError> {
         let (ns, name) = (&self.ns, &self.name);
         self.api
@@ -107,7 +112,7 @@ impl Target for Variants {
     }
 
     fn key(&self) -> String {
-        format!("{}/{}", self.0.ns, self.0.name)
+        self.0.key()
     }
 }
 
@@ -146,7 +151,7 @@ impl Target for Listed {
     }
 
     fn key(&self) -> String {
-        format!("{}/{}", self.0.ns, self.0.name)
+        self.0.key()
     }
 }
 
