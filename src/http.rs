@@ -50,6 +50,7 @@ mod budget;
 mod conns;
 mod deadline;
 pub mod descriptors;
+mod error;
 mod limits;
 pub mod overdue;
 mod response;
@@ -66,6 +67,7 @@ pub use body::read_body;
 #[cfg(test)]
 use budget::FREE_BYTES;
 pub use budget::{Budget, Key, Reservation, hold_answer};
+pub use error::ApiError;
 pub use limits::ServerConfig;
 pub use response::{Body, error, json, method_not_allowed, no_content, not_found, text};
 

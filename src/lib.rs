@@ -20,6 +20,7 @@ mod logging;
 pub mod metrics;
 mod operator;
 mod shutdown;
+mod store;
 mod submit;
 pub mod variant;
 
@@ -66,6 +67,16 @@ pub enum Error {
     #[error("serialize")]
     Serialize(#[source] serde_norway::Error),
 
+    /// A write of a Mutation or of its Secrets that the store refused or could not make: the
+    /// HTTP status it would answer a caller with, and why.
+    #[error("write refused ({code}): {message}")]
+    Refused {
+        /// The HTTP status of the refusal (409 a conflict, 413 over a bound, 503 unavailable).
+        code: u16,
+        /// What was refused, and why.
+        message: String,
+    },
+
     /// A step of the operator's own logic ended where it cannot (a defect, named).
     #[error("internal: {0}")]
     Internal(String),
@@ -98,7 +109,7 @@ impl Error {
     /// `client` for everything on this side (connection, TLS, decoding, local I/O).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(kube::Error::Api(_)) | Error::Refused { .. } => "api",
             Error::MissingField { .. } => "invalid",
             Error::Kube(_)
             | Error::Config(_)

@@ -1,6 +1,7 @@
 //! Running the operator: connect to the API server, run the controllers until SIGTERM or
 //! SIGINT, then stop them cleanly.
 
+use crate::store::Store;
 use kube::Client;
 
 use std::sync::Arc;
@@ -170,8 +171,9 @@ pub async fn run(config: Config) -> Result<()> {
         own_secrets,
         server: policy_version(&version),
     };
+    let store = Store::new(client.clone());
     let controllers = controller::start(
-        client.clone(),
+        store.clone(),
         &caches,
         feeds,
         metrics.clone(),
@@ -206,6 +208,7 @@ pub async fn run(config: Config) -> Result<()> {
     let state = Arc::new(ApiState {
         metrics: metrics.clone(),
         deadline: config.api_request_deadline,
+        store,
         ..ApiState::new(client, caches.clone(), auth, server, served, pod_security)
     });
     let admin_state = Arc::new(AdminState {

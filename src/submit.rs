@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use crate::variant::{self, DeploymentWire, FIELD_MANAGER, Refusal};
 
-pub mod devices;
 pub mod own;
 pub mod pod_security;
 

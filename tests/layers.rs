@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics"],
     &["lease"],
     &["submit"],
+    &["store"],
     &["controller"],
     &["admin", "api"],
     &["operator"],
@@ -338,6 +339,7 @@ const ROOMS: &[(&str, &[&str])] = &[
         "http",
         &[
             "response",
+            "error",
             "limits",
             "deadline",
             "shares",
@@ -354,7 +356,8 @@ const ROOMS: &[(&str, &[&str])] = &[
         &["labels", "process", "sleep", "rollout", "gauges"],
     ),
     ("lease", &["decide"]),
-    ("submit", &["pod_security", "devices", "own"]),
+    ("submit", &["pod_security", "own"]),
+    ("store", &["batch", "targets"]),
     (
         "api",
         &[
@@ -364,7 +367,6 @@ const ROOMS: &[(&str, &[&str])] = &[
             "auth",
             "budget",
             "error",
-            "batch",
             "heartbeats",
             "namespaces",
             "state",

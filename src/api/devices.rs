@@ -4,7 +4,7 @@
 //! A Mutation with `spec.devices` keeps its devices in Secret `<name>-devices`, owned by it
 //! (`registry`): per device the SHA-256 of its token, its variant and when it enrolled (never a
 //! token), and the variants enrollment made. What is known of each device's liveness is in
-//! `status.devices` (`submit::devices`), written by the replica that heard it (`liveness`).
+//! `status.devices` (the store's), written by the replica that heard it (`liveness`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     auth::Caller,
-    batch::{Listed, OfMutation},
     error::{ApiError, ApiResult},
     fresh,
     json::VariantRequest,
@@ -370,15 +369,8 @@ async fn relist<F>(state: &ApiState, ns: &str, name: &str, id: &str, doing: &str
 where
     F: Fn(&[DeviceStatus]) -> Vec<DeviceStatus> + Send + Sync + 'static,
 {
-    let target = Listed(OfMutation::new(&state.client, ns, name));
-    let change = move |m: &Mutation| {
-        let mut list = change(listed(m));
-        list.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(list)
-    };
-    let written = state
-        .device_lists
-        .edit(target, state.deadline, Box::new(change));
+    let change = move |m: &Mutation| Ok(change(listed(m)));
+    let written = state.store.edit_devices(ns, name, state.deadline, change);
     match written.await {
         Ok(m) => fresh::catch_up(state, ns, name, m.metadata.resource_version.as_deref()).await,
         Err(err) if err.0 == StatusCode::NOT_FOUND => {}

@@ -10,7 +10,7 @@ use std::{collections::HashMap, sync::Mutex, time::Duration};
 use hyper::HeaderMap;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{DeviceStatus, Reported};
+use crate::crd::{PollStats, Reported};
 
 /// Most devices one replica remembers.
 pub const MAX_REMEMBERED: usize = 20_000;
@@ -119,41 +119,14 @@ pub struct Beat {
     pub reported: Reported,
     /// When this replica last wrote its status entry.
     pub written: Option<Timestamp>,
+    /// What its polls taught this replica (R42), written or not.
+    pub poll: Option<PollStats>,
 }
 
-/// A heartbeat waiting to be written: when, what the device reported, and its entry should
-/// the status not list it yet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Due {
-    /// The device's id.
-    pub id: String,
-    /// When it was heard.
-    pub now: Timestamp,
-    /// What it reported, merged.
-    pub reported: Reported,
-    /// Its entry, for a status that does not list it yet.
-    pub fallback: DeviceStatus,
-    /// A poll of a Mutation whose variants sleep: written whatever else says, with what it
-    /// teaches of the device's polls.
-    pub poll: bool,
-    /// A poll that found its variant not ready: when the device was told to come back.
-    pub retry_at: Option<Timestamp>,
-}
-
-/// The heartbeats of one Mutation waiting to be written, and whether a writer is at work.
-#[derive(Default)]
-struct Pending {
-    due: HashMap<String, Due>,
-    writing: bool,
-}
-
-/// The devices this replica heard, by namespace, Mutation and id, and the heartbeats waiting
-/// to be written, by Mutation: one writer per Mutation takes them in batches, so a hundred
-/// devices polling at once cost a few writes, not a hundred racing on one resourceVersion.
+/// The devices this replica heard, by namespace, Mutation and id.
 #[derive(Default)]
 pub struct Heartbeats {
     beats: Mutex<HashMap<(String, String, String), Beat>>,
-    pending: Mutex<HashMap<(String, String), Pending>>,
 }
 
 impl Heartbeats {
@@ -172,6 +145,7 @@ impl Heartbeats {
                 seen: now,
                 reported: reported.clone(),
                 written: None,
+                poll: None,
             };
         };
         if beats.len() >= MAX_REMEMBERED {
@@ -182,6 +156,7 @@ impl Heartbeats {
             seen: now,
             reported: Reported::default(),
             written: None,
+            poll: None,
         });
         beat.seen = beat.seen.max(now);
         merge(&mut beat.reported, reported);
@@ -233,38 +208,13 @@ impl Heartbeats {
             .cloned()
     }
 
-    /// Queues a heartbeat of Mutation `ns/name` to be written. Returns whether the caller is
-    /// to start the writer ([`Heartbeats::take_due`] until it is empty): none is at work.
-    pub fn queue(&self, ns: &str, name: &str, due: Due) -> bool {
-        let Ok(mut pending) = self.pending.lock() else {
-            return false;
-        };
-        let entry = pending.entry((ns.to_owned(), name.to_owned())).or_default();
-        let mut due = due;
-        // A poll waiting to be written stays one when a later request of the device joins it.
-        if let Some(waiting) = entry.due.get(&due.id) {
-            due.poll |= waiting.poll;
-            due.retry_at = due.retry_at.max(waiting.retry_at);
+    /// Remembers what device `id`'s polls taught this replica.
+    pub fn polled(&self, ns: &str, name: &str, id: &str, stats: &PollStats) {
+        if let Ok(mut beats) = self.beats.lock()
+            && let Some(beat) = beats.get_mut(&(ns.to_owned(), name.to_owned(), id.to_owned()))
+        {
+            beat.poll = Some(stats.clone());
         }
-        entry.due.insert(due.id.clone(), due);
-        !std::mem::replace(&mut entry.writing, true)
-    }
-
-    /// The heartbeats of Mutation `ns/name` waiting to be written, all of them; empty when
-    /// there are none, and then the writer stops (the next [`Heartbeats::queue`] starts one).
-    pub fn take_due(&self, ns: &str, name: &str) -> Vec<Due> {
-        let Ok(mut pending) = self.pending.lock() else {
-            return Vec::new();
-        };
-        let key = (ns.to_owned(), name.to_owned());
-        let Some(entry) = pending.get_mut(&key) else {
-            return Vec::new();
-        };
-        let due: Vec<Due> = entry.due.drain().map(|(_, d)| d).collect();
-        if due.is_empty() {
-            pending.remove(&key);
-        }
-        due
     }
 
     /// Forgets device `id` (it was removed).

@@ -1,45 +1,103 @@
 //! Liveness (R40): every request of a device is a heartbeat. This replica keeps it in memory
-//! (`heartbeats`) and writes the device's status entry only when it must, through one writer
-//! per Mutation that takes what is due in batches.
+//! (`heartbeats`) and has the store write the device's status entry only when it must: the
+//! store batches the entries of one Mutation that are due together into one write.
 
 use std::sync::Arc;
 
-use hyper::HeaderMap;
+use hyper::{HeaderMap, StatusCode};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{
     auth::Caller,
     error::ApiError,
-    heartbeats::{Beat, Due, reported},
+    heartbeats::{Beat, reported},
     registry::{cached_registry, listed},
     state::ApiState,
 };
 use crate::{
-    submit::devices::write as write_devices,
+    crd::{DeviceStatus, Mutation, PollStats, Reported, VariantStatus},
     variant::{
         devices::{Policy, heard, must_persist},
-        sleep::{polled, retry_after},
+        sleep::{SleepPolicy, poll_must_persist, poll_refresh, polled, retry_after},
     },
 };
 
-/// Whether Mutation `m`'s variants sleep: `spec.devices.sleep` set and valid.
-pub fn sleeps(m: &crate::crd::Mutation) -> bool {
-    m.spec
-        .devices
-        .as_ref()
-        .and_then(|d| d.sleep.as_ref())
-        .is_some_and(|s| crate::variant::sleep::SleepPolicy::of(s).is_ok())
+/// `m`'s `spec.devices.sleep`, when it is set and valid: then its variants sleep.
+pub fn sleep_policy(m: &Mutation) -> Option<SleepPolicy> {
+    SleepPolicy::of(m.spec.devices.as_ref()?.sleep.as_ref()?).ok()
+}
+
+/// A heartbeat to be written: what the device's entry becomes, and when it must be.
+#[derive(Clone, Debug)]
+struct Due {
+    id: String,
+    variant: String,
+    now: Timestamp,
+    reported: Reported,
+    /// Its entry, for a status that does not list it yet.
+    fallback: DeviceStatus,
+    /// A poll of a Mutation whose variants sleep: what it teaches of the device's polls, and
+    /// how often a poll is written anyway.
+    poll: Option<(PollStats, std::time::Duration)>,
+}
+
+impl Due {
+    /// Whether the entry `entry` (None: not listed), with its variant's status `variant`, must
+    /// be written for this heartbeat.
+    fn must_write(
+        &self,
+        entry: Option<&DeviceStatus>,
+        variant: Option<&VariantStatus>,
+        policy: &Policy,
+    ) -> bool {
+        match &self.poll {
+            Some((stats, refresh)) => {
+                poll_must_persist(entry, variant, stats, self.now, *refresh)
+                    || must_persist(entry, self.now, policy, &self.reported)
+            }
+            None => must_persist(entry, self.now, policy, &self.reported),
+        }
+    }
+
+    /// `list` with this heartbeat written into it, or `None` when nothing must be.
+    fn apply(&self, m: &Mutation, policy: &Policy) -> Option<Vec<DeviceStatus>> {
+        let mut list = listed(m).to_vec();
+        let at = list.iter().position(|e| e.id == self.id);
+        let variant = variant_status(m, &self.variant);
+        if !self.must_write(at.map(|i| &list[i]), variant, policy) {
+            return None;
+        }
+        let entry = at.map_or(&self.fallback, |i| &list[i]);
+        let mut updated = heard(entry, self.now, &self.reported);
+        if let Some((stats, _)) = &self.poll {
+            updated.poll = Some(stats.clone());
+        }
+        match at {
+            Some(i) => list[i] = updated,
+            None => list.push(updated),
+        }
+        Some(list)
+    }
+}
+
+/// The status of variant `label` of `m`.
+fn variant_status<'a>(m: &'a Mutation, label: &str) -> Option<&'a VariantStatus> {
+    m.status
+        .as_ref()?
+        .variants
+        .iter()
+        .find(|v| v.label == label)
 }
 
 /// A request of a device (R40): a heartbeat, with what its headers report (400 naming a
 /// malformed one). Kept in memory; the status entry is written only when [`must_persist`]
-/// says so and this replica has not written it within `persistEvery`, by the one writer of the
-/// Mutation's heartbeats ([`write_due`]), which the device does not wait for. A failed write
-/// fails nothing: the next request tries again.
+/// says so and this replica has not written it within `persistEvery`, by the store, which the
+/// device does not wait for. A failed write fails nothing: the next request tries again.
 ///
-/// A poll (`poll`) of a Mutation whose variants sleep (R42) is written every time, at once:
-/// it is what wakes its variant and what teaches when the device comes back.
+/// A poll (`poll`) of a Mutation whose variants sleep (R42) teaches when the device comes
+/// back (its statistics are kept in memory from poll to poll) and wakes its variant: it is
+/// written when [`poll_must_persist`] says the leader's decision needs it, not at every poll.
 pub fn heard_from(
     state: &Arc<ApiState>,
     caller: &Caller,
@@ -59,7 +117,9 @@ pub fn heard_from(
     let reported = reported(headers).map_err(ApiError::bad_request)?;
     let now = Timestamp::now();
     let Beat {
-        reported: known, ..
+        reported: known,
+        poll: remembered,
+        ..
     } = state.heartbeats.heard(ns, name, id, now, &reported);
     let Some(m) = state.caches.mutations.get(&ObjectRef::new(name).within(ns)) else {
         return Ok(());
@@ -68,89 +128,84 @@ pub fn heard_from(
         return Ok(());
     };
     let persisted = listed(&m).iter().find(|d| d.id == *id);
-    let poll = poll && sleeps(&m);
-    if !poll {
-        if !must_persist(persisted, now, &policy, &known) {
-            return Ok(());
-        }
-        if !state
-            .heartbeats
-            .claim_write(ns, name, id, now, policy.persist_every)
-        {
-            return Ok(());
-        }
-    }
+    let sleep = if poll { sleep_policy(&m) } else { None };
+    let poll = sleep.map(|sleep| {
+        let retry_at = retry_after(&m, variant, now)
+            .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok());
+        let previous = remembered
+            .as_ref()
+            .or(persisted.and_then(|d| d.poll.as_ref()));
+        let stats = polled(previous, now, known.refresh_rate, retry_at);
+        state.heartbeats.polled(ns, name, id, &stats);
+        (stats, poll_refresh(sleep.keep_warm, policy.persist_every))
+    });
     let registry = cached_registry(&state.caches, &m);
     let Some(record) = registry.devices.get(id.as_str()) else {
         return Ok(());
     };
     let due = Due {
         id: id.clone(),
+        variant: variant.clone(),
         now,
         reported: known,
         fallback: record.entry(id),
         poll,
-        retry_at: poll
-            .then(|| retry_after(&m, variant, now))
-            .flatten()
-            .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok()),
     };
-    if state.heartbeats.queue(ns, name, due) {
-        tokio::spawn(write_due(state.clone(), ns.clone(), name.clone()));
+    if !due.must_write(persisted, variant_status(&m, variant), &policy) {
+        return Ok(());
     }
+    let writes_now = due.poll.is_some() && poll_must_persist_now(&due, persisted, &m);
+    // A poll is written again after its own refresh period (shorter than persistEvery when
+    // keepWarm is short), so that the written poll keeps its variant up.
+    let every = due.poll.as_ref().map_or(policy.persist_every, |(_, r)| *r);
+    if !writes_now && !state.heartbeats.claim_write(ns, name, id, now, every) {
+        return Ok(());
+    }
+    tokio::spawn(write(state.clone(), ns.clone(), name.clone(), due));
     Ok(())
 }
 
-/// The writer of Mutation `ns/name`'s heartbeats: writes what is due, in batches, until
-/// nothing is.
-async fn write_due(state: Arc<ApiState>, ns: String, name: String) {
-    loop {
-        let due = state.heartbeats.take_due(&ns, &name);
-        if due.is_empty() {
-            return;
-        }
-        let result = write_devices(&state.client, &ns, &name, |m| {
-            let policy = Policy::of(m.spec.devices.as_ref()?).ok()?;
-            let registry = cached_registry(&state.caches, m);
-            let mut list = listed(m).to_vec();
-            let mut changed = false;
-            for d in &due {
-                let at = list.iter().position(|e| e.id == d.id);
-                // A device removed meanwhile is not listed again by its last request.
-                if !registry.devices.contains_key(&d.id) {
-                    continue;
-                }
-                let entry = at.map_or(&d.fallback, |i| &list[i]);
-                if !d.poll
-                    && at.is_some()
-                    && !must_persist(Some(entry), d.now, &policy, &d.reported)
-                {
-                    continue;
-                }
-                let mut updated = heard(entry, d.now, &d.reported);
-                if d.poll {
-                    let stats = polled(
-                        entry.poll.as_ref(),
-                        d.now,
-                        d.reported.refresh_rate,
-                        d.retry_at,
-                    );
-                    updated.poll = Some(stats);
-                }
-                match at {
-                    Some(i) => list[i] = updated,
-                    None => list.push(updated),
-                }
-                changed = true;
+/// Whether a poll must be written now, whenever this replica last wrote the device (R42): it
+/// wakes its variant, the entry has no poll yet, or it changes when the leader expects the
+/// device (another interval, another time to come back). A poll only newer than the written
+/// one waits for its refresh period.
+fn poll_must_persist_now(due: &Due, persisted: Option<&DeviceStatus>, m: &Mutation) -> bool {
+    let Some((stats, _)) = &due.poll else {
+        return false;
+    };
+    poll_must_persist(
+        persisted,
+        variant_status(m, &due.variant),
+        stats,
+        due.now,
+        std::time::Duration::MAX,
+    )
+}
+
+/// Has the store write heartbeat `due` of Mutation `ns/name`, with the other entries of the
+/// Mutation due at the time; whether it must be written is asked again of the Mutation as the
+/// store read it, so heartbeats of one device that arrive together are written once.
+async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due) {
+    let id = due.id.clone();
+    let caches = state.caches.clone();
+    let edit = state
+        .store
+        .edit_devices(&ns, &name, state.deadline, move |m| {
+            let Some(Ok(policy)) = m.spec.devices.as_deref().map(Policy::of) else {
+                return Ok(listed(m).to_vec());
+            };
+            // A device removed meanwhile is not listed again by its last request.
+            if !cached_registry(&caches, m).devices.contains_key(&due.id) {
+                return Ok(listed(m).to_vec());
             }
-            changed.then_some(list)
-        })
-        .await;
-        if let Err(err) = result {
-            for d in &due {
-                state.heartbeats.unclaim(&ns, &name, &d.id);
-            }
-            tracing::warn!(namespace = %ns, name = %name, devices = due.len(), error = %err, "could not write heartbeats");
+            Ok(due.apply(m, &policy).unwrap_or_else(|| listed(m).to_vec()))
+        });
+    match edit.await {
+        Ok(_) => {}
+        Err(err) if err.0 == StatusCode::NOT_FOUND => {}
+        Err(err) => {
+            state.heartbeats.unclaim(&ns, &name, &id);
+            tracing::warn!(namespace = %ns, name = %name, device = %id, error = %err.1, "could not write a heartbeat");
         }
     }
 }

@@ -15,7 +15,6 @@
 //! `liveness` the heartbeats' writes, `mutations`, `variants` and `devices` the handlers.
 
 pub mod auth;
-mod batch;
 mod body;
 mod budget;
 mod check;

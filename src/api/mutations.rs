@@ -4,10 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use hyper::StatusCode;
 use kube::runtime::reflector::ObjectRef;
-use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
-};
+use kube::{Api, ResourceExt, api::ObjectMeta};
 
 use super::{
     auth::Caller,
@@ -108,21 +105,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
         },
         status: None,
     };
-    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
-    let params = PostParams {
-        field_manager: Some("mutantops-api".into()),
-        ..PostParams::default()
-    };
-    let created = match crate::http::overdue::write(api.create(&params, &mutation)).await {
-        Ok(created) => created,
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            return Err(ApiError::conflict(format!(
-                "mutation {ns}/{} already exists",
-                body.name
-            )));
-        }
-        Err(err) => return Err(err.into()),
-    };
+    let created = state.store.create_mutation(&mutation).await?;
     catch_up(
         state,
         ns,
@@ -165,29 +148,8 @@ pub async fn delete(state: &ApiState, ns: &str, name: &str) -> ApiResult {
             "mutation {ns}/{name} is synced by Argo CD: delete it from git instead"
         )));
     }
-    // The uid precondition makes sure it is the object just checked, not a new one of that name.
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: current.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::background()
-    };
-    match crate::http::overdue::write(api.delete(name, &params)).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            return Err(ApiError::not_found(format!(
-                "mutation {ns}/{name} not found"
-            )));
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            return Err(ApiError::conflict(format!(
-                "mutation {ns}/{name} changed meanwhile: {}",
-                status.message
-            )));
-        }
-        Err(err) => return Err(err.into()),
-    }
+    // The uid makes sure it is the object just checked, not a new one of that name.
+    state.store.delete_mutation(ns, name, current.uid()).await?;
     catch_up(state, ns, name, None).await;
     tracing::info!(namespace = ns, name, "mutation deleted through the API");
     Ok(http::no_content())

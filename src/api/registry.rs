@@ -6,11 +6,7 @@ use std::time::Duration;
 
 use kube::runtime::reflector::ObjectRef;
 
-use super::{
-    batch::{Devices, DevicesSecret, Target},
-    error::ApiError,
-    state::ApiState,
-};
+use super::{error::ApiError, state::ApiState};
 use crate::{
     cache::{CacheState, Caches},
     crd::{DeviceStatus, Mutation},
@@ -73,16 +69,13 @@ pub(super) async fn wait_registry<F: Fn(&Registry) -> bool>(
 /// The devices Secret of `owner`, read from the API server, and its registry. A Secret of
 /// that name that the Mutation does not control is refused (409), never read further.
 pub(super) async fn read_registry(state: &ApiState, owner: &Owner) -> Result<Registry, ApiError> {
-    Ok(DevicesSecret::new(&state.client, owner)
-        .read()
-        .await?
-        .registry)
+    state.store.read_registry(owner).await
 }
 
-/// Read-modify-write of the devices Secret, together with this replica's other edits of it
-/// waiting at the time ([`super::batch`]): `change` edits the registry read from the API
-/// server (as the edits before it left it), or refuses, and the Secret is written with the
-/// resourceVersion it was read at (created when missing); a conflict reads again.
+/// Read-modify-write of the devices Secret by the store, together with the other edits of it
+/// waiting at the time: `change` edits the registry read from the API server (as the edits
+/// before it left it), or refuses, and the Secret is written with the resourceVersion it was
+/// read at (created when missing); a conflict reads again. Bounded by the request's deadline.
 pub(super) async fn edit_registry<F>(
     state: &ApiState,
     owner: &Owner,
@@ -91,15 +84,9 @@ pub(super) async fn edit_registry<F>(
 where
     F: Fn(&mut Registry) -> Result<(), ApiError> + Send + Sync + 'static,
 {
-    let target = DevicesSecret::new(&state.client, owner);
-    let change = move |d: &Devices| {
-        let mut registry = d.registry.clone();
-        change(&mut registry)?;
-        Ok(registry)
-    };
     state
-        .registries
-        .edit(target, state.deadline, Box::new(change))
+        .store
+        .edit_registry(owner, state.deadline, change)
         .await?;
     Ok(())
 }

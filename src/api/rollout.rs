@@ -6,10 +6,6 @@
 
 use hyper::StatusCode;
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
 use serde::Serialize;
 use serde_json::json;
 
@@ -42,7 +38,7 @@ async fn rollout_of(
     ns: &str,
     name: &str,
 ) -> Result<(Mutation, RolloutStatus), ApiError> {
-    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
+    let api: kube::Api<Mutation> = kube::Api::namespaced(state.client.clone(), ns);
     let Some(m) = api.get_opt(name).await? else {
         return Err(ApiError::not_found(format!(
             "mutation {ns}/{name} not found"
@@ -66,7 +62,7 @@ async fn rollout_of(
     Ok((m, status))
 }
 
-/// Writes `annotations` (a value, or null to remove) on `m`.
+/// Writes `annotations` (a value, or null to remove) on `m`, through the store.
 async fn annotate(
     state: &ApiState,
     m: &Mutation,
@@ -76,21 +72,7 @@ async fn annotate(
         m.metadata.namespace.as_deref().unwrap_or_default(),
         m.metadata.name.as_deref().unwrap_or_default(),
     );
-    let api: Api<Mutation> = Api::namespaced(state.client.clone(), ns);
-    // Not on the resourceVersion read: the operator's status writes move it on every few
-    // seconds during a rollout, and the annotations alone are written.
-    let patch = json!({"metadata": { "annotations": annotations }});
-    let params = PatchParams {
-        field_manager: Some("mutantops-api".into()),
-        ..PatchParams::default()
-    };
-    match crate::http::overdue::write(api.patch(name, &params, &Patch::Merge(&patch))).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Err(ApiError::conflict(format!(
-            "mutation {ns}/{name} changed meanwhile; read its status.rollout and try again"
-        ))),
-        Err(err) => Err(err.into()),
-    }
+    state.store.annotate(ns, name, annotations).await
 }
 
 /// `POST .../rollout/resume`: a rollout held at a pause step, or whose step failed, goes on

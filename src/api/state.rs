@@ -7,13 +7,12 @@ use kube::Client;
 
 use super::{
     auth::{Auth, Caller},
-    batch::{Batches, DevicesSecret, Listed, Variants},
     budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE, WRITES_PER_TOKEN},
     error::ApiError,
     heartbeats::Heartbeats,
     namespaces::{Served, Serves},
 };
-use crate::{cache::Caches, http::ServerConfig};
+use crate::{cache::Caches, http::ServerConfig, store::Store};
 
 /// What every handler needs.
 pub struct ApiState {
@@ -25,12 +24,8 @@ pub struct ApiState {
     pub auth: Auth,
     /// Body limits and timeouts.
     pub server: ServerConfig,
-    /// The variant edits of each Mutation, written together (R22).
-    pub batches: Batches<Variants>,
-    /// The edits of each devices Secret, written together (R39).
-    pub registries: Batches<DevicesSecret>,
-    /// The enrollments' and removals' edits of each Mutation's device list (R40).
-    pub device_lists: Batches<Listed>,
+    /// The one writer of Mutations and their Secrets, shared with the controllers (R52).
+    pub store: Store,
     /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`,
     /// else those labelled for it: issue 35, item 8).
     pub namespaces: Served,
@@ -75,13 +70,11 @@ impl ApiState {
         pod_security: crate::variant::PodSecurity,
     ) -> Self {
         ApiState {
-            client,
+            client: client.clone(),
             caches,
             auth,
             server,
-            batches: Batches::default(),
-            registries: Batches::default(),
-            device_lists: Batches::default(),
+            store: Store::new(client.clone()),
             namespaces,
             misses: MissChecks::default(),
             validations: Validations::default(),

@@ -6,7 +6,6 @@ use hyper::StatusCode;
 
 use super::{
     auth::Caller,
-    batch::{OfMutation, Variants},
     budget::Asker,
     check::check_with_server,
     error::{ApiError, ApiResult},
@@ -17,6 +16,7 @@ use super::{
 use crate::{
     crd::{Mutation, OwnerKind, ServiceType, Variant, limits::MAX_INSTANCES},
     http,
+    store::API_MANAGER,
     variant::{
         Base, Owner,
         access::{device_may_add, device_may_scale, route_device_env},
@@ -295,7 +295,7 @@ fn respond(m: &Mutation, label: &str, status: StatusCode, ns: &str, name: &str) 
 }
 
 /// Read-modify-write of a Mutation's variants, together with this replica's other edits of
-/// it waiting at the time ([`super::batch`]): `change` computes the new list from the
+/// it waiting at the time (the store's batches): `change` computes the new list from the
 /// Mutation read fresh from the API server (or refuses), and the list is written with the
 /// resourceVersion it was read at; a conflict is retried on fresh data. Never a blind
 /// overwrite. Then waits (within the request's deadline) for this replica's cache to show it.
@@ -303,10 +303,21 @@ async fn edit<F>(state: &ApiState, ns: &str, name: &str, change: F) -> Result<Mu
 where
     F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
 {
-    let target = Variants(OfMutation::new(&state.client, ns, name));
+    // Edits of a Mutation whose variants belong in git are refused, each on the Mutation as
+    // the store read it.
+    let (what_ns, what_name) = (ns.to_string(), name.to_string());
+    let change = move |m: &Mutation| {
+        if m.variants_read_only() {
+            return Err(ApiError::conflict(format!(
+                "mutation {what_ns}/{what_name} is synced by Argo CD without annotation \
+                 mutantops.neiam.org/runtime-variants: \"true\": its variants belong in git"
+            )));
+        }
+        change(m)
+    };
     let updated = state
-        .batches
-        .edit(target, state.deadline, Box::new(change))
+        .store
+        .edit_variants(ns, name, API_MANAGER, state.deadline, change)
         .await?;
     catch_up(
         state,

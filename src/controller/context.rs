@@ -31,6 +31,8 @@ pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// The one writer of Mutations and their Secrets, shared with the HTTP API (R52).
+    pub store: crate::store::Store,
     /// Every cache: this controller's generated Deployments (`Caches::deployments`), and the
     /// wait for their first list.
     pub caches: Caches,

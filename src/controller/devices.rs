@@ -13,7 +13,7 @@ use super::context::Context;
 use crate::{
     Result,
     crd::OwnerStatus,
-    submit::devices::{Written, write},
+    store::CONTROLLER_CALL_LIMIT,
     variant::{
         Owner,
         devices::{Policy, Registry, devices_secret_name, next_change, summary, sync},
@@ -48,18 +48,24 @@ pub async fn converge(
     let wanted = sync(listed, &registry, now, policy);
     let mut wait = next_change(&wanted, now, policy);
     if wanted != listed || previous.device_summary.as_deref() != Some(&summary(&wanted)) {
-        let written = write(&ctx.client, &owner.namespace, &owner.name, |m| {
-            let current = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
-            let wanted = sync(current, &registry, Timestamp::now(), policy);
-            let same_summary = m.status.as_ref().and_then(|s| s.device_summary.as_deref())
-                == Some(&summary(&wanted));
-            (wanted != current || !same_summary).then_some(wanted)
-        })
-        .await?;
-        if let Written::Yes(m) = written {
-            let devices = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
-            wait = next_change(devices, Timestamp::now(), policy);
-            tracing::debug!(namespace = %owner.namespace, name = %owner.name, devices = devices.len(), "wrote the device list");
+        let owned = policy.clone();
+        let written = ctx.store.edit_devices(
+            &owner.namespace,
+            &owner.name,
+            CONTROLLER_CALL_LIMIT,
+            move |m| {
+                let current = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+                Ok(sync(current, &registry, Timestamp::now(), &owned))
+            },
+        );
+        match written.await {
+            Ok(m) => {
+                let devices = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+                wait = next_change(devices, Timestamp::now(), policy);
+                tracing::debug!(namespace = %owner.namespace, name = %owner.name, devices = devices.len(), "wrote the device list");
+            }
+            Err(err) if err.0 == hyper::StatusCode::NOT_FOUND => {}
+            Err(err) => return Err(err.into()),
         }
     }
     Ok(wait)

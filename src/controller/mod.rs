@@ -21,11 +21,12 @@ pub mod sleep;
 mod tell;
 mod write;
 
+use crate::store::Store;
 use std::sync::Arc;
 
 use futures::{Future, StreamExt};
 use kube::{
-    Client, ResourceExt,
+    ResourceExt,
     runtime::{Controller, WatchStreamExt, controller::Action, reflector},
 };
 use tokio::sync::watch;
@@ -74,7 +75,7 @@ pub use reconcile::reconcile;
 /// Builds the controller of kind `K` over the caches and the feeds that fill them. Returns
 /// the future that runs it until `shutdown` resolves.
 fn controller<K, S>(
-    client: Client,
+    store: Store,
     caches: &Caches,
     feeds: OwnerFeeds<K>,
     metrics: Arc<Metrics>,
@@ -111,7 +112,9 @@ where
         controller = controller.owns_stream(secrets);
     }
 
+    let client = store.client().clone();
     let context = Arc::new(Context {
+        store,
         events: events::Events::new(client.clone(), who.instance),
         client,
         caches: caches.clone(),
@@ -258,11 +261,12 @@ pub struct Identity {
     pub pod_security: PodSecurity,
 }
 
-/// Builds both controllers over the caches and their feeds. Returns the future that runs them
+/// Builds both controllers over the caches and their feeds, writing Mutations and their
+/// Secrets through `store`. Returns the future that runs them
 /// (and so fills the caches) until `shutdown` resolves. `who` names this replica in the
 /// Events it publishes, and the ServiceAccount no Deployment it makes may run as.
 pub fn start(
-    client: Client,
+    store: Store,
     caches: &Caches,
     feeds: Feeds,
     metrics: Arc<Metrics>,
@@ -271,7 +275,7 @@ pub fn start(
     who: Identity,
 ) -> impl Future<Output = ()> + use<> {
     let run_md = controller::<MutantDeployment, _>(
-        client.clone(),
+        store.clone(),
         caches,
         feeds.mutant_deployments,
         metrics.clone(),
@@ -280,7 +284,7 @@ pub fn start(
         who.clone(),
     );
     let run_mutations = controller::<Mutation, _>(
-        client,
+        store,
         caches,
         feeds.mutations,
         metrics,

@@ -5,16 +5,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
-use kube::{
-    Api, ResourceExt,
-    api::{ObjectMeta, PostParams},
-    runtime::reflector::ObjectRef,
-};
+use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
 
 use super::context::Context;
 use crate::{
     Error, Result,
-    variant::{KIND_LABEL, OWNER_LABEL, Owner, TOKEN_KEY, is_controlled_by, secret_name},
+    variant::{Owner, TOKEN_KEY, is_controlled_by, secret_name},
 };
 
 /// 64 lower-case hex characters from 32 bytes of the OS random source.
@@ -53,10 +49,7 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
     // Two rounds at most: a Secret deleted between the 409 and the look-up is created again
     // once.
     for _ in 0..2 {
-        match api
-            .create(&PostParams::default(), &new_secret(owner, &name)?)
-            .await
-        {
+        match ctx.store.create_secret(&new_secret(owner, &name)?).await {
             Ok(created) => {
                 tracing::info!(namespace = %owner.namespace, secret = %created.name_any(), "created the Mutation's Secret");
                 return Ok(SecretState::Owned { created: true });
@@ -75,32 +68,11 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
     Ok(SecretState::Foreign)
 }
 
-/// The metadata of a Secret the operator keeps for `owner`: labelled so the operator watches
-/// only its own Secrets, controlled by the owner so garbage collection deletes it with it. The
-/// token's Secret and the devices Secret (`api::devices`) both have it.
-pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
-    let labels = BTreeMap::from([
-        (OWNER_LABEL.to_string(), owner.name.clone()),
-        (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "mutantops".to_string(),
-        ),
-    ]);
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: Some(owner.namespace.clone()),
-        labels: Some(labels),
-        owner_references: Some(vec![owner.owner_reference()]),
-        ..ObjectMeta::default()
-    }
-}
-
 /// The Secret object: [`owned_metadata`], immutable so not even the operator can rewrite the
 /// token.
 fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
     Ok(Secret {
-        metadata: owned_metadata(owner, name),
+        metadata: crate::store::owned_metadata(owner, name),
         type_: Some("Opaque".to_string()),
         immutable: Some(true),
         data: Some(BTreeMap::from([(

@@ -15,26 +15,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
-use kube::{
-    Api,
-    api::{Patch, PatchParams, PostParams},
-};
-use serde_json::json;
+use k8s_openapi::jiff::Timestamp;
 
 use super::{context::Context, events::EventType, tell::publish};
 use crate::{
     Result,
     crd::{
-        Condition, DeviceStatus, Mutation, OwnerResource, OwnerStatus, SleepState, Variant,
-        VariantState, VariantStatus, WakeCause,
+        Condition, DeviceStatus, OwnerResource, OwnerStatus, SleepState, Variant, VariantState,
+        VariantStatus, WakeCause,
     },
-    submit::devices::write as write_devices,
+    store::{CONTROLLER_CALL_LIMIT, OPERATOR_MANAGER},
     variant::{
         Owner,
         departure::{expiring, site_silent},
-        devices::{Policy, Registry, devices_secret_name},
-        is_controlled_by,
+        devices::{Policy, Registry},
         sleep::SleepPolicy,
         wake::{Decision, Moment, Sleeper, decide},
     },
@@ -280,88 +274,69 @@ pub async fn expire<K: OwnerResource>(
     Ok((expired, wait))
 }
 
-/// Removes variant `label` from the Mutation's spec, on the resourceVersion it was cached at
-/// (a conflict fails the reconcile, which is tried again on what changed).
+/// Removes variant `label` from the Mutation's spec, through the store (a Mutation gone
+/// meanwhile has nothing to remove).
 async fn remove_variant(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
-    let api: Api<Mutation> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let params = PatchParams {
-        field_manager: Some("mutantops-operator".into()),
-        ..PatchParams::default()
-    };
-    let mut attempt = 0;
-    loop {
-        let Some(m) = api.get_opt(&owner.name).await? else {
-            return Ok(());
-        };
-        if !m.spec.variants.iter().any(|v| v.label == label) {
-            return Ok(());
-        }
-        let variants: Vec<&Variant> = m
-            .spec
-            .variants
-            .iter()
-            .filter(|v| v.label != label)
-            .collect();
-        let patch = json!({
-            "metadata": { "resourceVersion": m.metadata.resource_version },
-            "spec": { "variants": variants },
-        });
-        match api.patch(&owner.name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(()),
-            // Someone else wrote meanwhile (a device, the admin): read again.
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => attempt += 1,
-            Err(err) => return Err(err.into()),
-        }
-    }
+    let label = label.to_owned();
+    let removed = ctx.store.edit_variants(
+        &owner.namespace,
+        &owner.name,
+        OPERATOR_MANAGER,
+        CONTROLLER_CALL_LIMIT,
+        move |m| {
+            let variants = m.spec.variants.iter().filter(|v| v.label != label);
+            Ok(variants.cloned().collect())
+        },
+    );
+    gone_is_done(removed.await)
 }
 
-/// Drops the status entries of the devices of variant `label`.
+/// Drops the status entries of the devices of variant `label`, through the store.
 async fn unlist_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
-    write_devices(&ctx.client, &owner.namespace, &owner.name, |m| {
-        let listed = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
-        listed.iter().any(|d| d.variant == label).then(|| {
-            listed
+    let label = label.to_owned();
+    let unlisted = ctx.store.edit_devices(
+        &owner.namespace,
+        &owner.name,
+        CONTROLLER_CALL_LIMIT,
+        move |m| {
+            let listed = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+            Ok(listed
                 .iter()
                 .filter(|d| d.variant != label)
                 .cloned()
-                .collect()
-        })
-    })
-    .await?;
-    Ok(())
+                .collect())
+        },
+    );
+    gone_is_done(unlisted.await)
 }
 
 /// Drops the records of variant `label`'s devices, and the label from the made ones, from
-/// the devices Secret (read from the API server, written on its resourceVersion).
+/// the devices Secret, through the store. A Secret the owner does not control is left alone.
 async fn forget_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let name = devices_secret_name(&owner.name);
-    let params = PostParams {
-        field_manager: Some("mutantops-operator".into()),
-        ..PostParams::default()
-    };
-    let mut attempt = 0;
-    loop {
-        let Some(mut secret) = api.get_opt(&name).await? else {
-            return Ok(());
-        };
-        if !is_controlled_by(&secret.metadata, &owner.uid) {
-            return Ok(());
-        }
-        let data = secret.data.take().unwrap_or_default();
-        let mut registry = Registry::from_data(&data);
-        registry.devices.retain(|_, d| d.variant != label);
-        if !registry.made.remove(label) {
-            return Ok(());
-        }
-        secret.data = Some(registry.to_data());
-        secret.string_data = None;
-        match api.replace(&name, &params, &secret).await {
-            Ok(_) => return Ok(()),
-            // An enrollment or a removal wrote meanwhile: read again.
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => attempt += 1,
-            Err(err) => return Err(err.into()),
-        }
+    let label = label.to_owned();
+    let forgotten = ctx
+        .store
+        .edit_registry(owner, CONTROLLER_CALL_LIMIT, move |registry| {
+            if registry.made.contains(&label) {
+                registry.devices.retain(|_, d| d.variant != label);
+                registry.made.remove(&label);
+            }
+            Ok(())
+        });
+    match forgotten.await {
+        Ok(_) => Ok(()),
+        // Not the owner's (409): nothing of it is the operator's to change.
+        Err(err) if err.0 == hyper::StatusCode::CONFLICT => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// An edit's outcome for the controller: a Mutation deleted meanwhile (404) left nothing to do.
+fn gone_is_done<T>(edited: std::result::Result<T, crate::http::ApiError>) -> Result<()> {
+    match edited {
+        Ok(_) => Ok(()),
+        Err(err) if err.0 == hyper::StatusCode::NOT_FOUND => Ok(()),
+        Err(err) => Err(err.into()),
     }
 }
 

@@ -245,29 +245,13 @@ where
     }
 }
 
-/// Server-side applies an owner's status under the operator's field manager, so fields it no
-/// longer reports are removed.
+/// Server-side applies an owner's status, through the store (R52).
 pub(super) async fn status<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     status: &OwnerStatus,
 ) -> crate::Result<()> {
-    // Never the device list: its writer is `submit::devices`, under a field manager of its own.
-    let status = OwnerStatus {
-        devices: Vec::new(),
-        device_summary: None,
-        ..status.clone()
-    };
-    let patch = serde_json::json!({
-        "apiVersion": owner.kind.api_version(),
-        "kind": owner.kind.kind(),
-        "status": status,
-    });
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
-        .await?;
-    Ok(())
+    ctx.store.apply_status::<K>(owner, status).await
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::devices::{parse_duration, rfc3339};
 use super::quiet::Quiet;
 use crate::crd::{
-    Mutation, PollStats, SleepSpec, SleepState, VariantState,
+    DeviceStatus, Mutation, PollStats, SleepSpec, SleepState, VariantState, VariantStatus,
     sleep::{
         DEFAULT_EXPIRE_AFTER, DEFAULT_IDLE_AFTER, DEFAULT_KEEP_WARM, DEFAULT_MAX_WAKE_PER_HOUR,
         DEFAULT_SITE_SILENT_MIN, DEFAULT_WARMUP,
@@ -184,4 +184,52 @@ pub fn retry_after(m: &Mutation, variant: &str, now: Timestamp) -> Option<u64> {
         }
         None => warmup,
     })
+}
+
+/// How often the last poll of a device that keeps polling is written (R42): often enough that
+/// the written poll keeps its variant up (`keepWarm` after it), and no more often than a
+/// heartbeat is (`persistEvery`); at least a second.
+pub fn poll_refresh(keep_warm: Duration, persist_every: Duration) -> Duration {
+    (keep_warm / 2)
+        .min(persist_every)
+        .max(Duration::from_secs(1))
+}
+
+/// Whether a poll whose statistics are now `stats` must be written to its device's status
+/// entry `entry` (R42): what the leader decides from is what is written, so a poll is written
+/// when the entry has no poll yet, when it would wake its variant (`variant`'s status says
+/// Idle, and no poll written since it went idle asks for the wake yet), when it learnt
+/// another interval, when it tells the device to come back at another time, and when the
+/// written poll is `refresh` old. Every other poll changes no decision, and writes nothing:
+/// a device polling ten times a second costs no more writes than one polling once.
+pub fn poll_must_persist(
+    entry: Option<&DeviceStatus>,
+    variant: Option<&VariantStatus>,
+    stats: &PollStats,
+    now: Timestamp,
+    refresh: Duration,
+) -> bool {
+    let Some(written) = entry.and_then(|e| e.poll.as_ref()) else {
+        return true;
+    };
+    let Some(last) = at(&written.last) else {
+        return true;
+    };
+    let idle_since = variant
+        .and_then(|v| v.sleep.as_deref())
+        .filter(|s| s.state == SleepState::Idle)
+        .and_then(|s| at(&s.since));
+    if idle_since.is_some_and(|since| last <= since) {
+        return true;
+    }
+    if written.interval_seconds != stats.interval_seconds {
+        return true;
+    }
+    let retry = |p: &PollStats| p.retry_at.as_deref().and_then(at);
+    match (retry(written), retry(stats)) {
+        (None, Some(_)) => return true,
+        (Some(a), Some(b)) if (a.as_second() - b.as_second()).abs() >= 2 => return true,
+        _ => {}
+    }
+    now.as_second().saturating_sub(last.as_second()) >= secs(refresh)
 }

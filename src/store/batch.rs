@@ -1,17 +1,16 @@
-//! Edits of one object that arrive together are written together: a Mutation's variants (R22),
-//! its devices Secret (R39) and its device list (R40). Each edit is a read-modify-write guarded by the
-//! object's resourceVersion; this replica's edits of one object used to queue up and take
-//! turns, one read and one write each, so fifty devices that added their variants (or
-//! enrolled) at once made fifty writes in a row, and the last ones ran past their request's
-//! deadline (`MUTANT_API_REQUEST_DEADLINE_SECONDS`) on a busy API server.
-//! Now an object being edited has one writer task: it takes every edit waiting, reads the
-//! object once, applies the edits in the order they came (each sees those before it; one
-//! refused changes nothing of the others) and writes the result once, retrying the lot on a
-//! conflict with fresh data. Each request waits for its own answer within its own deadline.
+//! The one batching engine of the store: edits of one object that arrive together are written
+//! together: a Mutation's variants (R22), its devices Secret (R39), its device list (R40),
+//! whoever asks (a request of the HTTP API, a heartbeat, the controller). Each edit is a
+//! read-modify-write guarded by the object's resourceVersion. An object being edited has one
+//! writer task: it takes every edit waiting, reads the object once, applies the edits in the
+//! order they came (each sees those before it; one refused changes nothing of the others),
+//! checks the object's invariants after each ([`Target::check`]: an edit that would break one
+//! is refused alone) and writes the result once, retrying the lot on a conflict with fresh
+//! data, at most [`MAX_ATTEMPTS`] times. Each caller waits for its own answer.
 //!
-//! The writer runs apart from the requests, so a request cut off at its deadline does not cut
+//! The writer runs apart from the callers, so a request cut off at its deadline does not cut
 //! off the edits of the others; an edit whose request was told that nothing was changed, or
-//! whose client went away before it was sent, is left out ([`overdue::Claim`]).
+//! whose caller went away before it was sent, is left out ([`overdue::Claim`]).
 
 use std::{
     collections::HashMap,
@@ -22,15 +21,13 @@ use std::{
 use hyper::StatusCode;
 use tokio::sync::oneshot;
 
-use super::error::ApiError;
-use crate::http::overdue::{self, Claim};
+use crate::http::{
+    ApiError,
+    overdue::{self, Claim},
+};
 
-mod targets;
-
-pub use targets::{Devices, DevicesSecret, Listed, OfMutation, Variants};
-
-/// How many times a write of a batch is retried on a resourceVersion conflict before it gives
-/// up with 503.
+/// How many times the store tries a write on a resourceVersion conflict before it gives up
+/// with 503: the one retry bound of every write of a Mutation or of its Secrets.
 pub const MAX_ATTEMPTS: usize = 20;
 
 /// What a writer edits: one object on the API server, and the part of it that edits change.
@@ -58,6 +55,17 @@ pub trait Target: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// Its key among the batches: the edits of one key share a writer.
     fn key(&self) -> String;
+    /// Whether `object` with `part` differs from `object` as it is (by default: whether the
+    /// part does), so that it must be written.
+    fn needs_write(object: &Self::Object, part: &Self::Part) -> bool {
+        part != Self::part(object)
+    }
+    /// The object's invariants, checked after each edit (`before` it, `after` it) and before
+    /// anything is written: an edit that breaks one is refused, naming the bound (none by
+    /// default).
+    fn check(&self, _before: &Self::Object, _after: &Self::Object) -> Result<(), ApiError> {
+        Ok(())
+    }
     /// The namespace and name of the Mutation whose object it is, for the log.
     fn owner(&self) -> (&str, &str);
 }
@@ -172,8 +180,9 @@ impl<T: Target> Writer<T> {
                 Ok(Ok(current)) => current,
                 Ok(Err(refused)) | Err(refused) => return refuse_all(batch, &refused),
             };
-            let (part, results) = apply(&current, &mut batch);
-            if &part == T::part(&current) {
+            let check = |before: &T::Object, after: &T::Object| self.target.check(before, after);
+            let (part, results) = apply(check, &current, &mut batch);
+            if !T::needs_write(&current, &part) {
                 return answer(batch, results, &current);
             }
             let failed = match self.bounded(self.target.write(&current, &part)).await {
@@ -229,9 +238,10 @@ impl<T: Target> Writer<T> {
 }
 
 /// The part after the edits of `batch`, applied in order to `current`, and each edit's
-/// result. An edit that changes something is claimed for its request first; one whose
+/// result; an edit after which `check` (before, after) refuses is refused and undone. An edit that changes something is claimed for its request first; one whose
 /// request was already told that nothing was changed is dropped from the batch.
 fn apply<T: Target>(
+    check: impl Fn(&T::Object, &T::Object) -> Result<(), ApiError>,
     current: &T::Object,
     batch: &mut Vec<Pending<T>>,
 ) -> (T::Part, Vec<Result<(), ApiError>>) {
@@ -242,11 +252,17 @@ fn apply<T: Target>(
             match (p.change)(&edited) {
                 Ok(part) if &part == T::part(&edited) => results.push(Ok(())),
                 Ok(part) => {
+                    let before = edited.clone();
+                    T::set(&mut edited, part);
+                    if let Err(refused) = check(&before, &edited) {
+                        edited = before;
+                        results.push(Err(refused));
+                        continue;
+                    }
                     if !p.claim.sent() {
                         batch.remove(i);
                         continue 'again;
                     }
-                    T::set(&mut edited, part);
                     results.push(Ok(()));
                 }
                 Err(refused) => results.push(Err(refused)),

@@ -1,5 +1,8 @@
-//! The objects edited in batches: a Mutation's variants (R22), its devices Secret (R39) and
-//! its device list (R40, written as `submit::devices` writes it).
+//! The objects the store edits in batches: a Mutation's variants (R22), its device list (R40)
+//! and its devices Secret (R39); the size bound every write of a Mutation is held to; the
+//! metadata of the Secrets the operator keeps for an owner.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -8,35 +11,72 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{super::error::ApiError, Target};
+use super::batch::Target;
 use crate::{
-    controller::secret::owned_metadata,
     crd::{DeviceStatus, Mutation, Variant},
-    submit::devices::patch as patch_listed,
+    http::ApiError,
     variant::{
-        Owner,
-        devices::{Registry, devices_secret_name},
+        KIND_LABEL, OWNER_LABEL, Owner,
+        devices::{Registry, devices_secret_name, summary},
         is_controlled_by,
     },
 };
 
-/// The field manager of the API's writes.
-const MANAGER: &str = "mutantops-api";
+/// The field manager of the writes the HTTP API asks for (variants, rollout annotations, a
+/// Mutation created).
+pub const API_MANAGER: &str = "mutantops-api";
+/// The field manager of a Mutation's `status.devices` and `status.deviceSummary`: the
+/// controller's own status (server-side apply under `mutantops-operator`) never names them.
+pub const DEVICES_MANAGER: &str = "mutantops-devices";
 
-/// A Mutation, `ns/name`, whose part a target edits.
+/// The largest a Mutation may grow to, as JSON with its managedFields (R52): etcd refuses a
+/// request of about 1.5 MiB, and a store whose writes were refused there could no longer
+/// write the Mutation at all. An edit that would grow it past this is refused with 413; one
+/// that shrinks it is taken even over the bound, so it stays writable.
+pub const MAX_MUTATION_BYTES: usize = 512 * 1024;
+
+/// The size of `m` as the API server stores it (JSON), or `usize::MAX` when it cannot be
+/// serialized.
+pub fn mutation_bytes(m: &Mutation) -> usize {
+    serde_json::to_vec(m).map_or(usize::MAX, |v| v.len())
+}
+
+/// Whether the edit from `before` to `after` keeps Mutation `what` within
+/// [`MAX_MUTATION_BYTES`]: refused (413, naming the bound) when it grows it past the bound.
+pub fn mutation_fits(what: &str, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
+    mutation_within(what, after, mutation_bytes(before))
+}
+
+/// Whether Mutation `what`, `m`, is within [`MAX_MUTATION_BYTES`] or no larger than `was`
+/// bytes (what it was before the change): else 413, naming the bound.
+pub fn mutation_within(what: &str, m: &Mutation, was: usize) -> Result<(), ApiError> {
+    let size = mutation_bytes(m);
+    if size <= MAX_MUTATION_BYTES || size <= was {
+        return Ok(());
+    }
+    Err(ApiError::too_large(format!(
+        "{what} would be {size} bytes with this change, over the bound of {MAX_MUTATION_BYTES} \
+         bytes the operator keeps a Mutation to (the API server refuses objects of about \
+         1.5 MiB); nothing was changed: remove variants or devices, or send smaller values"
+    )))
+}
+
+/// A Mutation, `ns/name`, whose part a target edits, and the field manager its writes carry.
 pub struct OfMutation {
     api: Api<Mutation>,
     ns: String,
     name: String,
+    manager: &'static str,
 }
 
 impl OfMutation {
-    /// Mutation `ns/name`, through `client`.
-    pub fn new(client: &Client, ns: &str, name: &str) -> Self {
+    /// Mutation `ns/name`, through `client`, written under field manager `manager`.
+    pub fn new(client: &Client, ns: &str, name: &str, manager: &'static str) -> Self {
         OfMutation {
             api: Api::namespaced(client.clone(), ns),
             ns: ns.to_string(),
             name: name.to_string(),
+            manager,
         }
     }
 
@@ -69,15 +109,7 @@ impl Target for Variants {
     const WRITTEN: &'static str = "variant edits written";
 
     async fn read(&self) -> Result<Mutation, ApiError> {
-        let current = self.0.get().await?;
-        let (ns, name) = (&self.0.ns, &self.0.name);
-        if current.variants_read_only() {
-            return Err(ApiError::conflict(format!(
-                "mutation {ns}/{name} is synced by Argo CD without annotation \
-                 mutantops.neiam.org/runtime-variants: \"true\": its variants belong in git"
-            )));
-        }
-        Ok(current)
+        self.0.get().await
     }
 
     fn part(m: &Mutation) -> &Vec<Variant> {
@@ -94,13 +126,17 @@ impl Target for Variants {
             "spec": { "variants": variants },
         });
         let params = PatchParams {
-            field_manager: Some(MANAGER.into()),
+            field_manager: Some(self.0.manager.into()),
             ..PatchParams::default()
         };
         self.0
             .api
             .patch(&self.0.name, &params, &Patch::Merge(&patch))
             .await
+    }
+
+    fn check(&self, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
+        mutation_fits(&self.describe(), before, after)
     }
 
     fn describe(&self) -> String {
@@ -129,7 +165,15 @@ impl Target for Listed {
         m.status.as_ref().map_or(&NONE_LISTED, |s| &s.devices)
     }
 
-    fn set(m: &mut Mutation, devices: Vec<DeviceStatus>) {
+    /// The summary is written with the list: a stale one is written even when the list is
+    /// the same.
+    fn needs_write(m: &Mutation, devices: &Vec<DeviceStatus>) -> bool {
+        let summary_now = m.status.as_ref().and_then(|s| s.device_summary.as_deref());
+        devices != Self::part(m) || summary_now != Some(&summary(devices))
+    }
+
+    fn set(m: &mut Mutation, mut devices: Vec<DeviceStatus>) {
+        devices.sort_by(|a, b| a.id.cmp(&b.id));
         m.status.get_or_insert_default().devices = devices;
     }
 
@@ -140,6 +184,14 @@ impl Target for Listed {
     ) -> kube::Result<Mutation> {
         let version = current.metadata.resource_version.as_deref();
         patch_listed(&self.0.api, &self.0.name, version, devices).await
+    }
+
+    fn check(&self, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
+        mutation_fits(
+            &format!("mutation {}/{}", self.0.ns, self.0.name),
+            before,
+            after,
+        )
     }
 
     fn describe(&self) -> String {
@@ -221,7 +273,7 @@ impl Target for DevicesSecret {
 
     async fn write(&self, current: &Devices, registry: &Registry) -> kube::Result<Devices> {
         let params = PostParams {
-            field_manager: Some(MANAGER.into()),
+            field_manager: Some(API_MANAGER.into()),
             ..PostParams::default()
         };
         let data = Some(registry.to_data());
@@ -265,5 +317,46 @@ impl Target for DevicesSecret {
     /// A Mutation deleted and created again has a writer of its own.
     fn key(&self) -> String {
         format!("{}/{}/{}", self.owner.namespace, self.name, self.owner.uid)
+    }
+}
+
+/// Writes `devices` (in id order) and their summary as Mutation `name`'s device list, guarded
+/// by `resource_version`: a JSON merge patch of the status subresource under
+/// [`DEVICES_MANAGER`], the one write of both fields.
+async fn patch_listed(
+    api: &Api<Mutation>,
+    name: &str,
+    resource_version: Option<&str>,
+    devices: &[DeviceStatus],
+) -> kube::Result<Mutation> {
+    let params = PatchParams {
+        field_manager: Some(DEVICES_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let patch = json!({
+        "metadata": { "resourceVersion": resource_version },
+        "status": { "devices": devices, "deviceSummary": summary(devices) },
+    });
+    api.patch_status(name, &params, &Patch::Merge(&patch)).await
+}
+
+/// The metadata of a Secret the operator keeps for `owner`: labelled so the operator watches
+/// only its own Secrets, controlled by the owner so garbage collection deletes it with it. The
+/// token's Secret and the devices Secret both have it.
+pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
+    let labels = BTreeMap::from([
+        (OWNER_LABEL.to_string(), owner.name.clone()),
+        (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "mutantops".to_string(),
+        ),
+    ]);
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(owner.namespace.clone()),
+        labels: Some(labels),
+        owner_references: Some(vec![owner.owner_reference()]),
+        ..ObjectMeta::default()
     }
 }
