@@ -29,10 +29,10 @@ pub struct AdminState {
     /// The caches whose sync `/readyz` reports.
     pub caches: Caches,
     /// The API listener's connections: `/readyz` says not ready while no new one would be let
-    /// in (issue 35, item 3).
+    /// in (R34).
     pub api_connections: Option<Arc<http::Connections>>,
-    /// Whether the API knows which namespaces it serves (the labelled ones listed: issue 35,
-    /// item 8); `/readyz` says not ready until it does.
+    /// Whether the API knows which namespaces it serves (the labelled ones listed:
+    /// R33); `/readyz` says not ready until it does.
     pub api_listed: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -167,7 +167,7 @@ mod tests {
         );
     }
 
-    // Issue 35, item 8: not ready until the API knows which namespaces it serves.
+    // R33: not ready until the API knows which namespaces it serves.
     #[tokio::test]
     async fn readyz_is_503_until_the_served_namespaces_are_listed() {
         let (caches, mut writers) = crate::cache::for_tests();
@@ -186,7 +186,7 @@ mod tests {
         assert_eq!(get(&state, "/readyz").await.0, StatusCode::OK);
     }
 
-    // Issue 25, item 8 (R34): a replica cut off from the API server for longer than the bound
+    // R34: a replica cut off from the API server for longer than the bound
     // is not ready, and is again at the server's next answer.
     #[tokio::test]
     async fn readyz_is_503_while_cut_off_from_the_api_server() {
@@ -212,7 +212,7 @@ mod tests {
         assert_eq!(get(&state, "/readyz").await.0, StatusCode::OK);
     }
 
-    // Issue 35, item 7: a replica whose watch went silent is not ready until it has listed
+    // R34: a replica whose watch went silent is not ready until it has listed
     // again.
     #[tokio::test]
     async fn readyz_is_503_while_a_watch_is_stale() {
@@ -251,7 +251,7 @@ mod tests {
             Some("application/openmetrics-text;version=1.0.0"),
         );
         assert_eq!(open.headers()["content-type"], crate::metrics::CONTENT_TYPE);
-        // Issue 17: no Accept header is the classic text format, as for the Go client.
+        // R25: no Accept header is the classic text format, as for the Go client.
         let text = handle(&state, &Method::GET, "/metrics", None);
         assert_eq!(
             text.headers()["content-type"],

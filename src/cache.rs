@@ -77,7 +77,7 @@ pub enum Serving {
     CutOff(std::time::Duration),
     /// The watch of this cache went silent (neither an event nor a bookmark within
     /// `MUTANT_WATCH_STALE_AFTER_SECONDS`) and has not listed again yet: as for `CutOff`,
-    /// nothing is authorised from the caches (issue 35, item 7).
+    /// nothing is authorised from the caches (R34).
     Stale(Cache),
 }
 
@@ -99,7 +99,7 @@ impl Caches {
 
     /// Whether the caches may be answered from: synced, not cut off from the API server for
     /// longer than the bound (R26, R34), and none of their watches silent since its last full
-    /// list (issue 35, item 7). Clears by itself with the server's next answer, and the next
+    /// list (R34). Clears by itself with the server's next answer, and the next
     /// full list.
     pub fn serving(&self) -> Serving {
         if !self.ready() {

@@ -23,9 +23,9 @@ pub const DEFAULT_METRICS_MAX_DEVICES: usize = 200;
 /// Default `MUTANT_API_MAX_CONNECTIONS`.
 pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
 /// Default `MUTANT_API_BUFFER_MIB`: what the API holds of request bodies and answers at once
-/// (issue 35, item 2); one caller holds at most a quarter of it.
+/// (R44); one caller holds at most a quarter of it.
 pub const DEFAULT_API_BUFFER_MIB: usize = 8;
-/// Default `MUTANT_API_REQUEST_DEADLINE_SECONDS` (issue 40, item 2): a device's firmware
+/// Default `MUTANT_API_REQUEST_DEADLINE_SECONDS` (R34): a device's firmware
 /// gives up after 4.5 to 5 s (ESPHome, TRMNL), so the answer, a 503 at worst, comes before.
 pub const DEFAULT_API_REQUEST_DEADLINE_SECONDS: u64 = 4;
 /// Default `MUTANT_STALE_AFTER_SECONDS`: two Lease durations.
@@ -35,7 +35,7 @@ pub const DEFAULT_STALE_AFTER_SECONDS: u64 = 30;
 /// timeout. Measured on the test cluster (1.34.4): the first bookmark 60.4 s after the watch
 /// began, the next a minute later.
 pub const BOOKMARK_INTERVAL_SECONDS: u64 = 60;
-/// Default `MUTANT_WATCH_STALE_AFTER_SECONDS` (issue 35, item 7): a watch with neither an
+/// Default `MUTANT_WATCH_STALE_AFTER_SECONDS` (R34): a watch with neither an
 /// event nor a bookmark for twice the bookmark interval is stalled.
 pub const DEFAULT_WATCH_STALE_AFTER_SECONDS: u64 = 2 * BOOKMARK_INTERVAL_SECONDS;
 
@@ -102,7 +102,7 @@ pub struct Config {
     /// `MUTANT_API_NAMESPACES`: the namespaces the HTTP API serves (comma-separated), any
     /// namespace it watches, `kube-system` and its own included; `None` (unset or empty) for
     /// the watch namespace, else the namespaces labelled `mutantops.neiam.org/api=enabled`
-    /// but Kubernetes' own and `POD_NAMESPACE` (issue 35, item 8).
+    /// but Kubernetes' own and `POD_NAMESPACE` (R33).
     pub api_namespaces: Option<Vec<String>>,
     /// `MUTANT_API_MAX_CONNECTIONS`: the most connections the API listener keeps open.
     pub api_max_connections: usize,

@@ -213,7 +213,7 @@ where
         .keep_alive(config.keep_alive);
 
     let graceful = GracefulShutdown::new();
-    // Issue 35, item 3: one address has at most half the connections busy at once.
+    // R44: one address has at most half the connections busy at once.
     let by_address = Shares::new(config.max_connections / 2);
     let (mut refused, mut last_refusal_log) = (0u64, None);
     let mut connections = JoinSet::new();

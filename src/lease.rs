@@ -253,7 +253,7 @@ impl Elector {
         // While this replica holds the Lease, what it last wrote is what the server holds,
         // unless someone wrote since: then the replace below, which carries that write's
         // resourceVersion, gets 409 and the next attempt reads. So a leader renews with one
-        // request, not two (issue 28).
+        // request, not two (R50).
         let existing = match held.take() {
             Some(own) => Some(own),
             None => self.api.get_opt(LEASE_NAME).await?,

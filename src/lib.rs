@@ -213,7 +213,7 @@ mod tests {
         assert!(!Error::kube_config("x").is_expected());
     }
 
-    // Issue 27, item 3: an owner without a uid says so once, naming it (variant's tests read
+    // An owner without a uid says so once, naming it (variant's tests read
     // it off an object); errors keep their sources, and the chain names each once.
     #[test]
     fn errors_name_what_is_missing_and_keep_their_sources() {

@@ -30,7 +30,7 @@
 //! the request's `Accept` header as the Go client library does: text unless OpenMetrics is
 //! asked for.
 //!
-//! The rollouts in steps (`spec.rollout`, issue 37) are read off the owners' caches at each
+//! The rollouts in steps (`spec.rollout`, R43) are read off the owners' caches at each
 //! scrape too (`rollout`): `mutantops_rollouts` by kind and phase, and for each rollout that
 //! is not complete `mutantops_rollout_step` and
 //! `mutantops_rollout_step_started_timestamp_seconds`.

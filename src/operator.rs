@@ -77,7 +77,7 @@ fn own_account(config: &Config) -> Option<ServiceAccountRef> {
 }
 
 /// The API server's version as a version of the Pod Security Standards: the policy of a
-/// namespace that pins none (R33; issue 35, item 9). `None`, said in the log, for a version it
+/// namespace that pins none (R33). `None`, said in the log, for a version it
 /// cannot read: then such a namespace is checked against the strictest of every version.
 fn policy_version(info: &k8s_openapi::apimachinery::pkg::version::Info) -> Option<Version> {
     let version = Version::of_server(&info.major, &info.minor);
@@ -105,7 +105,7 @@ pub async fn run(config: Config) -> Result<()> {
         .as_ref()
         .map(http::tls::server_config)
         .transpose()?;
-    // Issue 40, item 1: both listeners' caps within the descriptors the process may open.
+    // R34: both listeners' caps within the descriptors the process may open.
     let wanted = http::descriptors::Caps {
         api: config.api_max_connections,
         metrics: admin::METRICS_MAX_CONNECTIONS,
@@ -186,7 +186,7 @@ pub async fn run(config: Config) -> Result<()> {
     );
     metrics.set_caches(caches.clone());
     let controllers = tokio::spawn(controllers);
-    // Issue 35, item 8: the namespaces named by the configuration, else those labelled for
+    // R33: the namespaces named by the configuration, else those labelled for
     // the API (never Kubernetes' own nor the operator's).
     let served = api::namespaces::served(
         config

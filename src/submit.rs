@@ -75,7 +75,7 @@ pub async fn dry_run(client: &Client, namespace: &str, object: &Value) -> DryRun
 }
 
 /// [`dry_run`] of an object of type `K`: the HTTP API dry-runs a variant's Service beside its
-/// Deployment (issue 35, item 6).
+/// Deployment (R24, R35).
 pub async fn dry_run_of<K: Resource<DynamicType = ()>>(
     client: &Client,
     namespace: &str,

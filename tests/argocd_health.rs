@@ -287,7 +287,7 @@ fn all_variants_ready_is_healthy_with_the_summary() {
     assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
 }
 
-/// Issue 15: a status written for an older spec says nothing of the latest one, however ready
+/// R18: a status written for an older spec says nothing of the latest one, however ready
 /// its variants were: Argo CD must not call a sync healthy before the operator has acted.
 #[test]
 fn a_status_of_an_older_generation_is_progressing() {
@@ -323,7 +323,7 @@ fn no_variants_is_healthy() {
     assert_eq!(health(&m), expect("Healthy", "0/0 variants ready"));
 }
 
-/// R42 (issue 36, item 2): an idle variant is as its owner wants it: the Mutation is Healthy
+/// R42: an idle variant is as its owner wants it: the Mutation is Healthy
 /// and the summary counts it.
 #[test]
 fn an_idle_variant_is_healthy() {
@@ -336,7 +336,7 @@ fn an_idle_variant_is_healthy() {
     assert_eq!(m.status.as_ref().unwrap().conditions[0].status, "True");
 }
 
-/// [`alpha_ready_and_beta`] with beta in `state`, and its rollout (issue 37) in `phase`.
+/// [`alpha_ready_and_beta`] with beta in `state`, and its rollout (R43) in `phase`.
 fn rolling(state: VariantState, phase: RolloutPhase, message: Option<&str>) -> Mutation {
     let mut m = alpha_ready_and_beta(state, None);
     m.status.as_mut().unwrap().rollout = Some(Box::new(RolloutStatus {
@@ -350,7 +350,7 @@ fn rolling(state: VariantState, phase: RolloutPhase, message: Option<&str>) -> M
     m
 }
 
-// Issue 37: a rollout held at a pause step is Suspended, with how to resume it
+// R43: a rollout held at a pause step is Suspended, with how to resume it
 #[test]
 fn a_paused_rollout_is_suspended() {
     let said = "at pause step 2: resume it with annotation \
@@ -359,7 +359,7 @@ fn a_paused_rollout_is_suspended() {
     assert_eq!(health(&m), expect("Suspended", &format!("rollout: {said}")));
 }
 
-// Issue 37: a failed step is Degraded with its message; a variant's own problem comes first
+// R43: a failed step is Degraded with its message; a variant's own problem comes first
 #[test]
 fn a_failed_rollout_is_degraded_after_a_variants_own_problem() {
     let said = "step 0 failed: beta not available with revision 5e1f0c2a9b within 300 s";
@@ -373,7 +373,7 @@ fn a_failed_rollout_is_degraded_after_a_variants_own_problem() {
     assert_eq!(health(&m), expect("Degraded", "beta: Invalid"));
 }
 
-// Issue 37: a rollout at a step is Progressing and says where; a complete one changes nothing
+// R43: a rollout at a step is Progressing and says where; a complete one changes nothing
 #[test]
 fn a_running_rollout_is_progressing_and_a_complete_one_changes_nothing() {
     let m = rolling(VariantState::Progressing, RolloutPhase::Progressing, None);

@@ -310,7 +310,7 @@ fn releases_get_names_of_their_own() {
                 None => {
                     // The operator's ClusterRole and binding, the roles aggregated into the
                     // built-in edit, admin and view (R33), and the policy on its Service
-                    // writes and its binding (issue 35, item 10).
+                    // writes and its binding (R28).
                     let policy = [format!("{fullname}-services")];
                     let allowed = match kind.as_str() {
                         "ClusterRole" => &aggregated[..],
@@ -467,7 +467,7 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         format!("update leases.coordination.k8s.io -n {}", ns.name),
         // R33: a namespace's opt-in label, by name.
         "get namespaces/default".to_string(),
-        // Issue 35, item 8: the namespaces labelled for the API, label-selected.
+        // R33: the namespaces labelled for the API, label-selected.
         "list namespaces".to_string(),
         "watch namespaces".to_string(),
     ] {
@@ -484,7 +484,7 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         assert_eq!(can(denied), "no", "{account} must not: {denied}");
     }
 
-    // Issue 35, item 10: the release's policy holds its ServiceAccount to the Services it
+    // R28: the release's policy holds its ServiceAccount to the Services it
     // labels; the cluster admin running the test is not held to it.
     let as_account = format!("-n {} --as {account}", ns.name);
     let refused = |out: &std::process::Output| {

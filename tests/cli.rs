@@ -1,4 +1,4 @@
-//! The binary's command line and start-up checks (issue: foundation; R20 start-up errors, R27).
+//! The binary's command line and start-up checks (R20 start-up errors, R27).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -73,7 +73,7 @@ fn bad_configuration_exits_non_zero_and_names_the_variable() {
     }
 }
 
-/// Issue 25, item 10: a short admin token, and auth turned off on an address others can
+/// R20: a short admin token, and auth turned off on an address others can
 /// reach, are start-up errors naming the variable, before any connection is tried; the token
 /// itself is never printed.
 #[test]
@@ -112,7 +112,7 @@ fn a_short_admin_token_or_remote_insecure_api_is_refused_at_start() {
     assert!(!text.contains("MUTANT_API_INSECURE"), "{text}");
 }
 
-/// Issue 16: one TLS file without the other, or a certificate and key that do not belong
+/// R47: one TLS file without the other, or a certificate and key that do not belong
 /// together, is a start-up error naming the file, before any connection is tried.
 #[test]
 fn a_bad_tls_pair_exits_non_zero_and_names_the_file() {

@@ -1,7 +1,7 @@
 //! deploy/: the single-file bundle k3s can auto-deploy is exactly the generated CRDs plus
 //! operator.yml (R28), and the kustomization names every file; the policy on the operator's
 //! Service writes names its ServiceAccount, and docs/security.md lists every right
-//! that account holds (issue 35, item 10).
+//! that account holds (R28, R33).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -123,7 +123,7 @@ fn operator_manifest_hardening() {
         find("Namespace")["metadata"]["name"].as_str(),
         Some("mutants")
     );
-    // Issue 35, item 10: the policy on Service writes holds this manifest's ServiceAccount,
+    // R28: the policy on Service writes holds this manifest's ServiceAccount,
     // for every write of a Service, and its binding denies.
     let account = &find("ServiceAccount")["metadata"];
     let user = format!(
@@ -170,7 +170,7 @@ fn the_kustomization_names_every_manifest() {
     assert_eq!(resources, expected);
 }
 
-/// Issue 35, item 10: docs/security.md lists every rule deploy/ grants the operator's
+/// R33: docs/security.md lists every rule deploy/ grants the operator's
 /// ServiceAccount (ClusterRole mutantops, Role mutantops-leader-election), resources and
 /// verbs, and nothing it does not grant.
 #[test]

@@ -119,9 +119,9 @@ fn each_cached_object_stays_small() {
     let bounds = [
         // (bytes, allocations) per object, store key and slot included
         (1_000, 12),
-        // spec.devices (boxed) and status.devices and deviceSummary (issue 34) cost a Mutation
+        // spec.devices (boxed) and status.devices and deviceSummary (R39) cost a Mutation
         // without devices 40 bytes of its inline size: 3,523 -> 3,563. A variant status's sleep
-        // (issue 36) is boxed: 8 bytes each while absent (3,555 with the status's own slack).
+        // (R42) is boxed: 8 bytes each while absent (3,555 with the status's own slack).
         (3_580, 46),
         (700, 12),
         (2_300, 25),

@@ -219,7 +219,7 @@ def measure_pinned(b, ns):
 
     # Writes: sequential, one at a time over one keep-alive connection, timed by the client;
     # the API server's histogram of the same period beside them. With the admin token: a
-    # Mutation's token may make 2 changes a second (issue 35, item 4), which would time the
+    # Mutation's token may make 2 changes a second (R34), which would time the
     # budget's 429s, not the writes.
     latency.measure(b, api, b.admin_token)
     b.stop_operator()

@@ -103,7 +103,7 @@ def kib_mib(kib):
     return f"{float(kib) / 1024:.1f} MiB"
 
 
-# Memory at 1000 x 5 (issue 28), for the glibc and the musl binary alike.
+# Memory at 1000 x 5 (R50), for the glibc and the musl binary alike.
 SCALE_RSS_TARGET_KIB = 24 * 1024   # after converging, and after a restart settled
 PEAK_RSS_TARGET_KIB = 28 * 1024    # while converging, and a restart's
 

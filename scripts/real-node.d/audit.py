@@ -1,5 +1,5 @@
 """What the operator wrote during one phase of an upgrade, from the API server's audit log
-(scripts/upgrade, issue 39 item 2).
+(scripts/upgrade, R45).
 
   audit.py LOG OFFSET USER OUTGOING INCOMING KEEP
 

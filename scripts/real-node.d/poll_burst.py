@@ -1,4 +1,4 @@
-"""N device polls at once from one process (scripts/real-node's sleep step, issue 36 item 3).
+"""N device polls at once from one process (scripts/real-node's sleep step, R42).
 
   poll_burst.py URL N ID TOKEN [ID TOKEN ...]
 

@@ -1,5 +1,5 @@
 """A client of the operator's API through the whole of an upgrade (scripts/real-node's upgrade
-step, issue 39 item 2, R45), and the check of what it saw.
+step, R45), and the check of what it saw.
 
   poller.py OUT INTERVAL URL TOKEN [URL TOKEN ...]
   poller.py check OUT AUDIT_LOG OFFSET NAMESPACE OUTGOING TOLERATE

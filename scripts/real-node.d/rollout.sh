@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # work, NS, STANDIN: set by scripts/real-node
-# The rollout step of scripts/real-node (issue 37), sourced by it, which provides ok (and
+# The rollout step of scripts/real-node (R43), sourced by it, which provides ok (and
 # scripts/lib.sh's step, fail, kc and wait_until).
 
-# --- A base change in steps, on real pods (issue 37) ---------------------------------------
+# --- A base change in steps, on real pods (R43) -------------------------------------------
 # MutantDeployment rollout-snap, three variants of the stand-in (lily, radxa, epaper) with
 # spec.rollout: the lilys first. Its base is then changed to an image that was never imported
 # into the node's containerd and that no registry serves (this machine reaches none): the

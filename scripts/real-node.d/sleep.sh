@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # work, NS, OPNS, BSNAP, DEVICE_BSNAP, ...: set by scripts/real-node
-# The sleep step of scripts/real-node (issue 36 item 9), sourced by it, which provides ok and
+# The sleep step of scripts/real-node (R42), sourced by it, which provides ok and
 # the variables it uses (and scripts/lib.sh's step, log, fail, kc and wait_until).
 
-# --- Variants that sleep (issue 36 item 9) -------------------------------------------------
+# --- Variants that sleep (R42) ------------------------------------------------------------
 # browser-snap with spec.devices.sleep: its two variants go to zero replicas and a device's
 # poll wakes them on the real node. The wake is timed from the poll (t0, just before curl
 # sends it) to the variant's Service answering GET /cgi-bin/env at the node's address and

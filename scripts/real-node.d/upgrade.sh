@@ -1,10 +1,10 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # repo, work, NS, OPNS, STANDIN, TARGET, ARCH, image, installed: set by scripts/real-node
-# The upgrade step of scripts/real-node (issue 39 item 2), sourced by it, which provides ok,
+# The upgrade step of scripts/real-node (R45), sourced by it, which provides ok,
 # now, since, operator_pods and lease_holder (and scripts/lib.sh's step, log, fail, kc and
 # wait_until).
 
-# --- Upgrade and downgrade on the real node (issue 39 item 2) ----------------------------
+# --- Upgrade and downgrade on the real node (R45) -----------------------------------------
 # The previous release is a pinned earlier commit of this repository (there are no tags yet;
 # bump it with each release): its image, built by its own scripts/musl-build and scripts/image
 # under the name $PREV_REPO (so that both images sit in the node's containerd at once), and its

@@ -90,7 +90,7 @@ def labels(variants):
 
 def foreign(answer):
     """A 409 because a name belongs to someone else: a variant's Deployment name is another
-    owner's Deployment (issue 25, item 11), or Secret <name>-devices is not the Mutation's (one
+    owner's Deployment (R9), or Secret <name>-devices is not the Mutation's (one
     of a deleted Mutation of that name that garbage collection has not removed yet). The model
     of names and labels has nothing to say about it."""
     error = str(answer.get("error", "")) if isinstance(answer, dict) else ""

@@ -50,7 +50,7 @@ pub enum Caller {
 }
 
 impl Caller {
-    /// Whose share of the buffered bytes the caller's requests hold (issue 35, item 2).
+    /// Whose share of the buffered bytes the caller's requests hold (R44).
     pub fn budget_key(&self) -> crate::http::Key {
         match self {
             Caller::Admin => std::sync::Arc::from("admin"),
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(bearer(&HeaderMap::new()), None);
     }
 
-    // Issue 25, item 5: only the shape of a Mutation token is checked with the API server.
+    // R34: only the shape of a Mutation token is checked with the API server.
     #[test]
     fn mutation_tokens_have_one_shape() {
         assert!(is_mutation_token(&"0123456789abcdef".repeat(4)));

@@ -6,8 +6,8 @@ use serde::de::DeserializeOwned;
 use super::{error::ApiError, state::ApiState};
 use crate::{connect::depth::deepest, http, variant::MAX_BASE_DEPTH};
 
-/// Reads and decodes a JSON body (R24) of at most `limit` bytes, held in `held` (issue 35,
-/// item 2): over the limit 413, too slow 408, more than the caller's share or the replica's
+/// Reads and decodes a JSON body (R24) of at most `limit` bytes, held in `held`
+/// (R44): over the limit 413, too slow 408, more than the caller's share or the replica's
 /// budget of buffered bytes 503, malformed or of the wrong shape 400 with serde's message.
 pub(crate) async fn read_json<T: DeserializeOwned>(
     state: &ApiState,

@@ -1,5 +1,5 @@
 //! Token buckets, one per key (a client address, a token), for what a request may cost the
-//! API server (issue 25, items 5 and 6; R34).
+//! API server (R34).
 //!
 //! A bucket holds up to `burst` tokens and refills at `per_second`; each costly request takes
 //! one. The keys are bounded too: at [`MAX_KEYS`] the full buckets (those of callers who have
@@ -117,7 +117,7 @@ pub const WRITES_PER_DEVICE: Rate = Rate {
     burst: 5.0,
 };
 
-/// Changes a Mutation's own token may ask for per second, and at once (issue 35, item 4): each
+/// Changes a Mutation's own token may ask for per second, and at once (R34): each
 /// costs writes of the Mutation, of Deployments and Services, and Events, so a board looping
 /// add and delete cannot spend the API server's writes (on k3s, SQLite on an SD card). The
 /// token is shared by a fleet (as its enrollment key with `spec.devices`): the burst lets
@@ -216,7 +216,7 @@ mod tests {
         assert!(buckets.take(&4));
     }
 
-    // Issue 25, item 5: wrong tokens from one address spend that address's checks, not
+    // R34: wrong tokens from one address spend that address's checks, not
     // another's; the replica's budget bounds them all.
     #[tokio::test(start_paused = true)]
     async fn checks_are_bounded_per_asker_and_per_replica() {

@@ -20,7 +20,7 @@ use crate::{
 /// said 403 (a ResourceQuota, an admission policy), else 400 (a malformed object, a
 /// ValidatingAdmissionPolicy's 422). A base or variant the server refuses is refused up front
 /// rather than reported in status later. A variant whose Deployment name is taken by someone
-/// else's Deployment answers 409 (R9, issue 25), when that is known: from the caches (a
+/// else's Deployment answers 409 (R9), when that is known: from the caches (a
 /// Deployment generated for another owner), or from the dry run (the name is taken: then its
 /// metadata is read). When the server cannot say, the write goes ahead and the controller
 /// reports what happens.
@@ -29,7 +29,7 @@ use crate::{
 /// Security "baseline", unless the namespace is labelled privileged (read from the API server
 /// only then), or runs as the operator's own ServiceAccount, is 400 naming the fields.
 ///
-/// And what the API server would store only to refuse later (issue 35, item 6): a Deployment
+/// And what the API server would store only to refuse later (R32, R35): a Deployment
 /// larger than [`MAX_OBJECT_BYTES`] is 400, counted in bytes with every container's copy of
 /// the env; with `service` (the owner's), each variant's Service is built and dry-run beside
 /// its Deployment, answered as the Deployment's dry run is.

@@ -240,7 +240,7 @@ pub(crate) async fn catch_up(
 mod tests {
     use super::*;
 
-    // Issue 15: `Cache-Control: no-cache` asks for a validated read, in any spelling of the
+    // R30: `Cache-Control: no-cache` asks for a validated read, in any spelling of the
     // header's list; other directives do not.
     #[test]
     fn no_cache_asks_for_validation() {

@@ -336,7 +336,7 @@ pub struct VariantView<'a> {
     pub read_only: bool,
     /// What the controller last reported for it; null until then.
     pub status: Option<&'a VariantStatus>,
-    /// With spec.rollout, the base revision its Deployment runs (issue 37); left out
+    /// With spec.rollout, the base revision its Deployment runs (R43); left out
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,

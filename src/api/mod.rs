@@ -59,9 +59,10 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
         || http::Key::from("unknown client"),
         |peer| http::Key::from(format!("address {}", peer.0.ip())),
     );
-    // Issue 40, item 2: one deadline over the whole request, every API-server call included.
+    // R34: one deadline over the whole request, every API-server call included.
     // The handler's future is large (every route's state): boxed, it is moved as a pointer
-    // into the deadline's and the loop's futures, not copied at each (issue 40).
+    // into the deadline's and the loop's futures, not copied at each (copied whole, it nearly
+    // doubled the instructions of a GET: BENCHMARKS.md).
     let handler = Box::pin(dispatch(&state, req, &mut key));
     let result = match http::overdue::within(state.deadline, handler).await {
         Ok(result) => result,
@@ -71,7 +72,7 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<Bo
         )),
     };
     let response = result.unwrap_or_else(ApiError::response);
-    // Issue 35, item 2: the answer holds its bytes until the client has taken it.
+    // R44: the answer holds its bytes until the client has taken it.
     let response = http::hold_answer(response, state.buffers.open(key)).unwrap_or_else(|refused| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -114,7 +115,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
                 ),
             ));
         }
-        // Issue 35, item 7: a watch went silent; what it fills is listed again.
+        // R34: a watch went silent; what it fills is listed again.
         Serving::Stale(cache) => {
             let stale = crate::cache::stale_message(cache);
             let message = format!("{stale}; try again, or another replica");
@@ -158,7 +159,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     }
     let caller = caller.ok_or_else(ApiError::unauthorized)?;
     *key = caller.budget_key();
-    // Issue 35, item 3: a caller has at most its share of the connections busy.
+    // R44: a caller has at most its share of the connections busy.
     let Some(_in_flight) = state.in_flight.enter(caller.budget_key()) else {
         return Ok(http::at_share(format!(
             "this token has {} requests in flight, its share of this replica's connections; \
@@ -219,7 +220,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         id.unwrap_or_default(),
     );
     let at = variants::At { ns, name, label };
-    // Issue 35, item 2: a body is held in the caller's share while it is read and handled;
+    // R44: a body is held in the caller's share while it is read and handled;
     // a token's is no larger than the largest variant its Mutation lets it add.
     let limit = match &caller {
         Caller::Admin => state.server.body_limit,
@@ -276,7 +277,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
 }
 
 /// Charges a change to a Mutation's token (an enrollment key too), once its body has been
-/// read: 429 beyond its budget (issue 35, item 4). A request refused before it could write
+/// read: 429 beyond its budget (R34). A request refused before it could write
 /// (a body too large, malformed, over the memory budget) costs nothing.
 fn charge(state: &ApiState, caller: &Caller) -> Result<(), ApiError> {
     let Caller::Mutation { name, .. } = caller else {
@@ -343,7 +344,7 @@ mod tests {
         assert!(check_names(&p("ns", Some("web%2F"), None)).is_err());
         assert!(check_names(&p("ns", Some("web"), Some("-x"))).is_err());
         assert!(check_names(&p("ns", Some("web"), Some("beta"))).is_ok());
-        // Issue 15: a Mutation's name is a DNS-1123 subdomain, dots allowed; labels are not.
+        // R24: a Mutation's name is a DNS-1123 subdomain, dots allowed; labels are not.
         assert!(check_names(&p("ns", Some("web.v2"), Some("beta"))).is_ok());
         assert!(check_names(&p("ns", Some("web.v2"), Some("b.eta"))).is_err());
         assert!(check_names(&p("n.s", Some("web"), None)).is_err());

@@ -56,7 +56,7 @@ pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Api
 /// policy: R35), 409 when the name is taken.
 pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResult {
     // A name the operator could not label its Deployments and Secret with is refused here,
-    // rather than stored and reported Invalid (issue 25).
+    // rather than stored and reported Invalid (R8, R24).
     validate_mutation_name(&body.name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
     let base = Base::parse(&body.deployment).map_err(ApiError::bad_request)?;
     let device_access = body.device_access.map(DeviceAccess::from);

@@ -1,4 +1,4 @@
-//! Which namespaces the HTTP API serves (R33; issue 35, item 8). The admin token creates
+//! Which namespaces the HTTP API serves (R33). The admin token creates
 //! Deployments that run as any ServiceAccount of a namespace it reaches, so it reaches only
 //! namespaces someone chose for it:
 //!
@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn named_namespaces_are_served_whatever_they_are() {
-        // Issue 35, item 8: the configuration may name any namespace, kube-system included.
+        // R33: the configuration may name any namespace, kube-system included.
         let served = Served::Named(vec!["boards".into(), "kube-system".into()]);
         assert_eq!(served.serves("boards"), Serves::Yes);
         assert_eq!(served.serves("kube-system"), Serves::Yes);
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn only_labelled_namespaces_are_served_never_the_excluded() {
-        // Issue 35, item 8
+        // R33
         let served = labelled(Some(&["boards", "kube-system", "mutants"]));
         assert_eq!(served.serves("boards"), Serves::Yes);
         assert_eq!(served.serves("default"), Serves::No);

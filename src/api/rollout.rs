@@ -1,4 +1,4 @@
-//! The admin's word on a Mutation's rollout in steps (issue 37 item 3):
+//! The admin's word on a Mutation's rollout in steps (R43):
 //! `POST .../mutations/{name}/rollout/resume` and `.../rollout/abort`. Each writes the
 //! annotation the leader reads (`variant::rollout::RESUME_ANNOTATION`, `ABORT_ANNOTATION`)
 //! with a merge patch of the annotations alone, for the rollout as just read; the leader acts

@@ -27,7 +27,7 @@ pub struct ApiState {
     /// The one writer of Mutations and their Secrets, shared with the controllers (R52).
     pub store: Store,
     /// The namespaces the API serves (`MUTANT_API_NAMESPACES`, else `MUTANT_WATCH_NAMESPACE`,
-    /// else those labelled for it: issue 35, item 8).
+    /// else those labelled for it: R33).
     pub namespaces: Served,
     /// The budget of misses checked with the API server (`fresh.rs`).
     pub misses: MissChecks,
@@ -42,17 +42,17 @@ pub struct ApiState {
     pub device_writes: Buckets<Caller>,
     /// The budget of changes per Mutation's token (`WRITES_PER_TOKEN`).
     pub token_writes: Buckets<Caller>,
-    /// The bytes of bodies and answers this replica holds for its callers (issue 35, item 2).
+    /// The bytes of bodies and answers this replica holds for its callers (R44).
     pub buffers: Arc<crate::http::Budget>,
-    /// The requests each caller has in flight: at most a quarter of the connections (issue
-    /// 35, item 3).
+    /// The requests each caller has in flight: at most a quarter of the connections
+    /// (R44).
     pub in_flight: Arc<crate::http::Shares<crate::http::Key>>,
     /// The listener's connections, whose saturation `/readyz` reports.
     pub connections: Arc<crate::http::Connections>,
     /// The operator's metrics (polls answered `ready: false`, R42).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// How long one request may take, all its calls to the API server included
-    /// (`MUTANT_API_REQUEST_DEADLINE_SECONDS`, issue 40, item 2).
+    /// (`MUTANT_API_REQUEST_DEADLINE_SECONDS`, R34).
     pub deadline: std::time::Duration,
 }
 

@@ -154,9 +154,9 @@ fn stored(caller: &Caller, variant: &Variant, m: &Mutation) -> Variant {
     }
     let access = m.spec.device_access.as_deref();
     let mut routed = route_device_env(access, variant);
-    // Issue 35, item 1: its env stays held to the owner's list if the base changes.
+    // R41: its env stays held to the owner's list if the base changes.
     routed.by_token = Some(true);
-    // Issue 35, item 5: the owner's switch for the token's variants' Service.
+    // R32, R36: the owner's switch for the token's variants' Service.
     if access.and_then(|a| a.service) == Some(false) {
         routed.service = Some(false);
     }

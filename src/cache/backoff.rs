@@ -1,4 +1,4 @@
-//! How soon a watch of the caches tries again after its list or watch failed (issue 39): from
+//! How soon a watch of the caches tries again after its list or watch failed (R48): from
 //! half a second, doubling, to at most [`WatchBackoff::CAP`], and from the start again once
 //! the watch delivers anything.
 //!
@@ -60,7 +60,7 @@ mod tests {
             .collect()
     }
 
-    // Issue 39: the waits double from half a second to the cap and stay there, however many
+    // R48: the waits double from half a second to the cap and stay there, however many
     // failures an outage makes; anything the watch delivers starts them over.
     #[test]
     fn waits_double_to_the_cap_and_start_over_after_a_success() {

@@ -1,4 +1,4 @@
-//! Watches that go silent (issue 35, item 7). The client fails a watcher's request that has
+//! Watches that go silent (R34). The client fails a watcher's request that has
 //! had neither its head nor any more of its body (an event or a bookmark) for
 //! `MUTANT_WATCH_STALE_AFTER_SECONDS` ([`crate::connect::WatchSilent`]); kube-runtime would
 //! only open the watch again from where it was, after almost five minutes of its own idle

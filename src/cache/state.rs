@@ -65,8 +65,8 @@ impl CacheState {
         self.listed & cache.bit() != 0
     }
 
-    /// Whether `cache`'s watch went silent and it has not been listed again since (issue 35,
-    /// item 7).
+    /// Whether `cache`'s watch went silent and it has not been listed again since
+    /// (R34).
     pub fn stale(&self, cache: Cache) -> bool {
         self.stale & cache.bit() != 0
     }

@@ -84,7 +84,7 @@ async fn waiters_are_released_when_the_feeds_stop() {
     assert!(matches!(woke, Ok(Ok(false))), "{woke:?}");
 }
 
-/// Issue 25, item 8 (R34): caches are served from while synced and the API server answers;
+/// R34: caches are served from while synced and the API server answers;
 /// once it has failed to answer for longer than the bound they are not, and its next answer
 /// brings them back.
 #[test]
@@ -118,7 +118,7 @@ fn caches_cut_off_from_the_api_server_are_not_served_from() {
     assert_eq!(caches.serving(), Serving::Yes);
 }
 
-/// Issue 35, item 7: a cache whose watch went silent is not served from until its watch has
+/// R34: a cache whose watch went silent is not served from until its watch has
 /// listed again; a cache the API does not read (the generated Deployments) is listed again
 /// without stopping the serving.
 #[test]
@@ -153,7 +153,7 @@ fn caches_whose_watch_went_silent_are_not_served_from_until_listed_again() {
     assert_eq!(caches.serving(), Serving::Yes);
 }
 
-/// Issue 35, item 7: the watches are asked to end early unless the bound leaves room for more
+/// R34: the watches are asked to end early unless the bound leaves room for more
 /// than two bookmarks a minute apart; then after half of it, so that the bookmark the API
 /// server sends 2 s before a watch's end comes in time. The default (120 s) is such a bound:
 /// an idle watch once went 120 s without a bookmark in CI.

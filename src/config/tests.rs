@@ -24,7 +24,7 @@ fn defaults() {
     assert_eq!(c.pod_name, None);
 }
 
-// Issue 16: both TLS files or neither; one alone is an error naming the other.
+// R47: both TLS files or neither; one alone is an error naming the other.
 #[test]
 fn tls_files_come_in_pairs() {
     assert_eq!(config(&[]).unwrap().api_tls, None);
@@ -143,7 +143,7 @@ fn token_is_never_printed() {
     assert!(!format!("{c:?}").contains("s3cr3t"));
 }
 
-// issue 25, item 10: a short admin token is refused at start, naming the variable and the
+// R20: a short admin token is refused at start, naming the variable and the
 // minimum, never showing the token.
 #[test]
 fn a_short_admin_token_is_refused() {
@@ -171,7 +171,7 @@ fn a_short_admin_token_is_refused() {
     assert!(config(&[("MUTANT_API_TOKEN", &padded)]).is_err());
 }
 
-// issue 25, item 10: no auth on an address others can reach only when asked for twice.
+// R20: no auth on an address others can reach only when asked for twice.
 #[test]
 fn insecure_is_loopback_only_unless_allowed() {
     for addr in ["0.0.0.0:8080", "10.0.0.7:8080", "[::]:8080"] {
@@ -207,7 +207,7 @@ fn insecure_is_loopback_only_unless_allowed() {
     assert!(e.contains("MUTANT_API_INSECURE_ALLOW_REMOTE"), "{e}");
 }
 
-// Issue 25, items 3, 7 and 8 (R33, R34): the namespaces the API serves, its connection cap and
+// R33, R34: the namespaces the API serves, its connection cap and
 // how long the API server may be silent; bad values are errors naming the variable.
 #[test]
 fn api_namespaces_connections_and_staleness() {
@@ -215,10 +215,10 @@ fn api_namespaces_connections_and_staleness() {
     assert_eq!(c.api_namespaces, None);
     assert_eq!(c.api_max_connections, DEFAULT_API_MAX_CONNECTIONS);
     assert_eq!(c.api_buffer_mib, DEFAULT_API_BUFFER_MIB);
-    // Issue 40, item 2: under the 4.5 s after which firmware gives up.
+    // R34: one deadline per request, under the 4.5 s after which firmware gives up.
     assert_eq!(c.api_request_deadline, Duration::from_secs(4));
     assert_eq!(c.stale_after, Duration::from_secs(30));
-    // Issue 35, item 7: twice the API server's bookmark interval.
+    // R34: a watch is stale after twice the API server's bookmark interval.
     assert_eq!(c.watch_stale_after, Duration::from_secs(120));
     assert_eq!(c.metrics_max_devices, DEFAULT_METRICS_MAX_DEVICES);
     let c = config(&[
@@ -237,7 +237,7 @@ fn api_namespaces_connections_and_staleness() {
         Some(vec!["boards".to_string(), "kiosks".to_string()])
     );
     assert_eq!(c.api_max_connections, 64);
-    // Issue 35, item 2.
+    // R44: the buffered bytes.
     assert_eq!(c.api_buffer_mib, 2);
     assert_eq!(c.api_request_deadline, Duration::from_secs(9));
     assert_eq!(c.stale_after, Duration::from_secs(5));

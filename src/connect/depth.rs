@@ -275,7 +275,7 @@ mod tests {
         (String::from_utf8_lossy(&text).into_owned(), cutter.cuts())
     }
 
-    // Issue 15: the depth counts brackets outside strings only.
+    // R46: the depth counts brackets outside strings only.
     #[test]
     fn depth_counts_brackets_outside_strings() {
         assert_eq!(deepest(b"1"), 0);
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(deepest("[".repeat(100_000).as_bytes()), 100_000);
     }
 
-    // Issue 15: text within the limit passes as it came, without a copy.
+    // R46: text within the limit passes as it came, without a copy.
     #[test]
     fn text_within_the_limit_is_not_copied() {
         let mut cutter = Cutter::new(3);
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(cutter.cuts(), 0);
     }
 
-    // Issue 15: what opens deeper than the limit becomes one string, the rest is kept, and
+    // R46: what opens deeper than the limit becomes one string, the rest is kept, and
     // the result is JSON that decodes.
     #[test]
     fn what_nests_too_deeply_is_cut_out() {
@@ -312,7 +312,7 @@ mod tests {
         assert_eq!(value["f"], 1);
     }
 
-    // Issue 15: the state carries over chunk boundaries (inside strings, escapes and cuts),
+    // R46: the state carries over chunk boundaries (inside strings, escapes and cuts),
     // and each line of a watch stream is cut on its own.
     #[test]
     fn cuts_carry_over_chunks_and_lines() {

@@ -1,5 +1,5 @@
-//! Deadlines on the operator's calls, and whether the API server still answers (issue 25,
-//! items 8 and 9; R34).
+//! Deadlines on the operator's calls, and whether the API server still answers
+//! (R34).
 //!
 //! [`HealthLayer`] sits outermost in the client's stack, so it sees every call as its caller
 //! does, kube's retries of 429/503/504 included:
@@ -8,7 +8,7 @@
 //!   [`CALL_DEADLINE`]; after that it fails with [`DeadlineElapsed`] (which the HTTP API
 //!   answers 503 with `Retry-After`). A stalled API server (TCP accepted, nothing answered)
 //!   then costs a request 10 s, not forever.
-//! - **Silence** (issue 35, item 7). The watchers' requests, watches and paged lists
+//! - **Silence** (R34). The watchers' requests, watches and paged lists
 //!   (`limit=`), are long-lived by design and have no deadline; instead, when the layer is
 //!   given a bound ([`HealthLayer::watch_silence`]), each must have its head within the bound
 //!   or [`CALL_DEADLINE`], whichever is shorter (the API server answers a watch at once; a

@@ -53,9 +53,9 @@ pub struct Context {
     pub expiry: ExpiryMemory,
     /// The statuses this replica wrote that its cache may not have yet.
     pub written: WrittenStatuses,
-    /// The bases of revisions a rollout holds variants on (issue 37).
+    /// The bases of revisions a rollout holds variants on (R43).
     pub revisions: RevisionMemory,
-    /// When the statuses of progress under way were first put off (issue 39, item 4).
+    /// When the statuses of progress under way were first put off (R50).
     pub progress: super::hold::ProgressHold,
 }
 
@@ -269,7 +269,7 @@ mod tests {
         );
     }
 
-    // R42, issue 36 items 5 and 7: a variant due by the wall clock (which may have jumped
+    // R42: a variant due by the wall clock (which may have jumped
     // forward on a board without a real-time clock) is expired only once this process has
     // watched it be due for the whole watch, by its own monotonic clock; one that stops being
     // due is watched anew

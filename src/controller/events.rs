@@ -5,7 +5,7 @@
 //! thousands of full Event objects held after a convergence (one `VariantCreated` per
 //! Deployment) and a quadratic scan while converging. The operator publishes each Event once
 //! per change already (see `announce`); what repeats is a change made again and again (a
-//! board adding and removing its variant in a loop, issue 35, item 4). Those repeats are kept
+//! board adding and removing its variant in a loop, R34). Those repeats are kept
 //! as a series, the Kubernetes way: the first is an Event, a repeat within [`SERIES_WINDOW`]
 //! only counts in memory (a hash and a count per series, at most [`MAX_SERIES`]), and the
 //! Event's `series` (count, last seen) is written at most once per [`SERIES_EVERY`], by the

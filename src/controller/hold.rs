@@ -1,4 +1,4 @@
-//! Progress held back a moment (issue 39, item 4): the Deployment controller observes an
+//! Progress held back a moment (R50): the Deployment controller observes an
 //! owner's Deployments one after another, and each observation re-queues the owner, so its
 //! status went from "0/5" through partial counts to "5/5", a write each. A status that
 //! differs from the written one only by progress still under way ([`variant::only_progress`])
@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn partial_progress_waits_at_most_the_hold() {
-        // Issue 39, item 4: "1/3" after "0/3" is put off for the rest, once, for at most 1 s.
+        // R50: "1/3" after "0/3" is put off for the rest, once, for at most 1 s.
         let hold = ProgressHold::default();
         let (zero, one, two, all) = (
             status(&[P, P, P]),

@@ -53,7 +53,7 @@ const RECONCILE_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis
 
 /// The backoff of the controller over all its watches at once: none, each feed of
 /// [`crate::cache`] backs off on its own. kube-runtime's default holds every watch of the
-/// controller after an error of any one, longer with each (issue 35, item 7: after a stall,
+/// controller after an error of any one, longer with each (R34: after a stall,
 /// watches listing again waited 20 to 45 s on each other's errors, their caches stale).
 struct EachFeedOnItsOwn;
 
@@ -128,7 +128,7 @@ where
         revisions: context::RevisionMemory::default(),
         progress: hold::ProgressHold::default(),
     });
-    // Issue 35, item 4: the counts of repeated Events are written even when the repeats
+    // R26: the counts of repeated Events are written even when the repeats
     // stop; the task ends with the controller (its context).
     let flushed = Arc::downgrade(&context);
     tokio::spawn(async move {
@@ -342,7 +342,7 @@ mod tests {
         ControllerError::QueueError(watcher::Error::WatchError(Box::new(status)))
     }
 
-    // issue 15, item 8: a watch compacted away is expected (info), other watch errors are not
+    // R51: a watch compacted away is expected (info), other watch errors are not
     #[test]
     fn only_an_expired_watch_is_expected() {
         assert!(watch_expired(&watch_error(410, "Expired")));

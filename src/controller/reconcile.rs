@@ -91,7 +91,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let mut rolling = rollout::Rolling::default();
     let (variants, base_error) = match Base::parse(&base) {
         Ok(parsed) => {
-            // Issue 37: with spec.rollout, which base revision each variant runs.
+            // R43: with spec.rollout, which base revision each variant runs.
             rolling = rollout::prepare(
                 &ctx,
                 &owner,
@@ -104,7 +104,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
             )
             .await?;
             let planned = rolling.plan(&parsed, &owner, &declared);
-            // Issue 35, item 1: a token's env never reaches a command line the base added later.
+            // R41: a token's env never reaches a command line the base added later.
             let planned = variant::commands::hold_command_lines(
                 planned,
                 &parsed,
@@ -169,7 +169,7 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     // creation brings (their watch events re-queue this owner within the debounce): a status
     // written now would say only "Progressing" and be written over at once. Creation happens
     // once per Deployment, so this cannot put the status off for long.
-    // Issue 39, item 4: partial progress waits a moment for the rest (`hold`).
+    // R50: partial progress waits a moment for the rest (`hold`).
     let mut put_off = None;
     if status != previous && created.is_empty() {
         put_off = ctx

@@ -1,4 +1,4 @@
-//! A base change reaching the variants in steps, as the leader applies it (issue 37): the
+//! A base change reaching the variants in steps, as the leader applies it (R43): the
 //! owner's `spec.rollout`, checked; each base revision kept in a ControllerRevision of the
 //! owner (`<owner>-<revision>`, the base's text as written, so that a variant held on it, or
 //! rolled back to it, is built byte for byte as before); what [`variant::rollout::decide`]

@@ -55,7 +55,7 @@ pub(super) async fn converge<K: OwnerResource>(
     let mut declared = BTreeSet::new();
     let mut denied = false;
     if let Some(spec) = obj.service() {
-        // Issue 35, item 5: a variant may say it gets no Service (its Service, if any, is
+        // R32, R36: a variant may say it gets no Service (its Service, if any, is
         // pruned as undeclared).
         let unserved: BTreeSet<&str> = obj
             .variants()

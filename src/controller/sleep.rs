@@ -1,4 +1,4 @@
-//! Sleep as the leader applies it (R42, issue 36): for a Mutation with `spec.devices.sleep`,
+//! Sleep as the leader applies it (R42): for a Mutation with `spec.devices.sleep`,
 //! which variants are up ([`variant::sleep::decide`], from the persisted device entries and
 //! variant statuses alone), the variants as planned (an idle one at zero instances, its spec
 //! untouched), their status (`Idle` and why), the site's silence, and the expiry of variants
@@ -228,7 +228,7 @@ pub async fn expire_gone<K: OwnerResource>(
 }
 
 /// Expires the variants made by enrollment whose devices have all been Gone for
-/// `expireAfter` (R42, issue 36 item 5): each is removed from the spec, then its devices'
+/// `expireAfter` (R42): each is removed from the spec, then its devices'
 /// records and its label from the devices Secret (in that order, so a crash between leaves
 /// a made label that the next reconcile finishes). Returns the labels expired and how long
 /// until the next may be due.
@@ -340,7 +340,7 @@ fn gone_is_done<T>(edited: std::result::Result<T, crate::http::ApiError>) -> Res
     }
 }
 
-/// Counts what the status just written says happened (R42, issue 36 item 8): each variant
+/// Counts what the status just written says happened (R42, R25): each variant
 /// that started, by cause, and for one that became Ready since it started, how long that
 /// took.
 pub fn count(ctx: &Context, previous: &OwnerStatus, status: &OwnerStatus) {

@@ -1,4 +1,4 @@
-//! The bounds of a variant and of a Mutation's device tokens (issue 25, R32): the hard maxima
+//! The bounds of a variant and of a Mutation's device tokens (R32): the hard maxima
 //! every writer is held to (the CRD schema carries them, so the API server refuses what the
 //! HTTP API refuses), the defaults of what a Mutation's own token may ask, and
 //! [`DeviceAccess`], the spec field by which a Mutation's owner changes those.
@@ -35,14 +35,14 @@ pub const MAX_LABEL_KEY: usize = 317;
 /// Longest label value (node labels, taint values).
 pub const MAX_LABEL_VALUE: usize = 63;
 
-/// The largest Deployment the operator writes, as JSON (issue 35, item 6): etcd refuses a
+/// The largest Deployment the operator writes, as JSON (R32, R35): etcd refuses a
 /// request of about 1.5 MiB, and the stored object carries managedFields and status besides.
 /// A variant's env is copied into every container, so its size is the sum over them.
 pub const MAX_OBJECT_BYTES: usize = 1024 * 1024;
 
-/// Default of [`DeviceAccess::max_total_instances`] (issue 35, item 5).
+/// Default of [`DeviceAccess::max_total_instances`] (R32).
 pub const DEVICE_MAX_TOTAL_INSTANCES: i32 = 40;
-/// Default of [`DeviceAccess::max_exposed_services`] (issue 35, item 5).
+/// Default of [`DeviceAccess::max_exposed_services`] (R32).
 pub const DEVICE_MAX_EXPOSED_SERVICES: usize = 5;
 /// Longest [`DeviceAccess::label_pattern`].
 pub const MAX_LABEL_PATTERN: usize = 63;

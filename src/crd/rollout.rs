@@ -1,4 +1,4 @@
-//! A base change reaching the variants in steps (issue 37): [`RolloutSpec`], what an owner
+//! A base change reaching the variants in steps (R43): [`RolloutSpec`], what an owner
 //! asks, and [`RolloutStatus`], where its rollout stands.
 //!
 //! Like the rest of the spec these decode leniently; the schema carries the bounds, and what

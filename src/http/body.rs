@@ -50,7 +50,7 @@ impl BodyError {
 }
 
 /// Reads a whole request body, at most `limit` bytes within `timeout`, holding what it reads
-/// in `held` (issue 35, item 2): the caller keeps that reservation while it handles the body.
+/// in `held` (R44): the caller keeps that reservation while it handles the body.
 ///
 /// A `Content-Length` over the limit is refused before anything is read (and before hyper
 /// sends `100 Continue`), and so is one the budget cannot hold; a chunked body is refused as

@@ -1,5 +1,5 @@
 //! The bytes one listener may hold for its clients at once: request bodies being read and
-//! handled, and answers not yet taken by the client (issue 35, item 2; R34).
+//! handled, and answers not yet taken by the client (R44, R34).
 //!
 //! Every listener already holds a fixed amount per open connection (hyper's read and write
 //! buffers, TLS records), bounded by its connection cap. What a request adds beyond
@@ -222,7 +222,7 @@ mod tests {
         Arc::from(k)
     }
 
-    // Issue 35, item 2: a caller holds at most its share, the listener at most its total, and
+    // R44: a caller holds at most its share, the listener at most its total, and
     // what is dropped is given back.
     #[test]
     fn shares_and_the_total_bound_what_is_held() {
@@ -264,7 +264,7 @@ mod tests {
         assert!(budget.lock().by_key.is_empty());
     }
 
-    // Issue 35, item 2: an answer holds its bytes until the last copy of them is dropped (hyper
+    // R44: an answer holds its bytes until the last copy of them is dropped (hyper
     // has written them); a small one holds nothing; one that does not fit is refused.
     #[test]
     fn an_answer_holds_its_bytes_until_taken() {

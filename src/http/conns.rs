@@ -1,8 +1,8 @@
-//! The open connections of one listener, and its cap (issue 25, item 7; R34).
+//! The open connections of one listener, and its cap (R34).
 //!
 //! Every accepted connection takes a slot; at [`ServerConfig::max_connections`] the next one
 //! is let in only by closing an idle connection (no request in flight: a keep-alive between
-//! requests, or a client that has not sent a whole request head yet) (issue 35, item 3): one
+//! requests, or a client that has not sent a whole request head yet) (R44): one
 //! of an address that holds more than half of the slots, however young; else one of the
 //! client address that holds the most idle connections, the one idle longest of those. A
 //! connection younger than [`ServerConfig::header_read_timeout`] of an address within its
@@ -217,7 +217,7 @@ impl Open {
     }
 
     /// Whether a new connection would be refused now: at the cap, and no open connection may
-    /// be closed for it (all busy, or too young). `/readyz` reports it (issue 35, item 3).
+    /// be closed for it (all busy, or too young). `/readyz` reports it (R34).
     pub fn saturated(&self) -> bool {
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         slots.1.len() >= self.max && self.victim(&slots.1).is_none()
@@ -271,7 +271,7 @@ mod tests {
         }
     }
 
-    // Issue 25, item 7: at the cap the longest idle connection makes room; busy ones never do;
+    // R34: at the cap the longest idle connection makes room; busy ones never do;
     // when all are busy the new one is refused.
     #[tokio::test(start_paused = true)]
     async fn the_longest_idle_connection_makes_room() {
@@ -312,7 +312,7 @@ mod tests {
         assert!(!evicted);
     }
 
-    // Issue 35, item 3: a connection younger than the head deadline is never closed for
+    // R44: a connection younger than the head deadline is never closed for
     // another, unless its address holds more than half of the slots; of the rest, the
     // address holding the most idle connections loses first.
     #[tokio::test(start_paused = true)]

@@ -1,4 +1,4 @@
-//! The write deadline of a connection (issue 35, item 2): a client that does not take what it
+//! The write deadline of a connection (R44): a client that does not take what it
 //! is sent (an answer, or the 100 Continue before a body) within
 //! [`ServerConfig::write_timeout`](super::ServerConfig::write_timeout) of the socket backing up
 //! is disconnected, so a slow reader holds a connection, its buffers and its answer's

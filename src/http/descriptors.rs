@@ -1,5 +1,5 @@
-//! The listeners' connection caps fitted to the file descriptors the process has (issue 40,
-//! item 1; R34).
+//! The listeners' connection caps fitted to the file descriptors the process has
+//! (R34).
 //!
 //! Every open connection is a descriptor; so is every connection to the API server (the
 //! watches, the reconciles' calls, the API's own calls) and every file read. A cap above what
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn caps_that_fit_are_kept() {
-        // Issue 40, item 1: a usual container limit keeps the defaults.
+        // R34: a usual container limit keeps the defaults.
         assert_eq!(fit(Some(1024), DEFAULTS), Ok(DEFAULTS));
         assert_eq!(fit(None, DEFAULTS), Ok(DEFAULTS));
         assert_eq!(fit(Some(RESERVE + 320), DEFAULTS), Ok(DEFAULTS));
@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn caps_are_lowered_below_the_limit() {
-        // Issue 40, item 1: at 160 descriptors the default 256 API connections would take
+        // R34: at 160 descriptors the default 256 API connections would take
         // them all; the two caps together leave RESERVE free.
         let caps = fit(Some(160), DEFAULTS).unwrap();
         assert_eq!(

@@ -9,7 +9,7 @@ use super::response::{Body, error};
 
 /// The `Retry-After` of every 503 and 429 (seconds): starting, shutting down, the Kubernetes
 /// API unreachable or busy, edits that kept conflicting. A device waits this long, then asks
-/// again (R24).
+/// again (R34).
 pub const RETRY_AFTER_SECONDS: &str = "1";
 
 /// A request's failure, as an HTTP status and a message for the client.
@@ -127,7 +127,7 @@ mod tests {
         )))
     }
 
-    /// R24: the server's 429 is a 429 (not a 502), and every 503 and 429 says
+    /// R34: the server's 429 is a 429 (not a 502), and every 503 and 429 says
     /// when to come back.
     #[test]
     fn busy_and_unavailable_answers_say_when_to_retry() {

@@ -1,4 +1,4 @@
-//! One deadline per request (issue 40, item 2; R34): a request that needs the API server
+//! One deadline per request (R34): a request that needs the API server
 //! makes several calls in a row (a read, dry runs, the write, a wait for the cache), and each
 //! call's own deadline does not bound their sum. A device's firmware gives up after 4.5 to
 //! 5 s; the request's whole handling is bounded instead, and what it had done by then is
@@ -261,7 +261,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reads_cut_off_changed_nothing() {
-        // Issue 40, item 2: a read that stalls ends at the deadline, with nothing written.
+        // R34: a read that stalls ends at the deadline, with nothing written.
         let began = Instant::now();
         let cut = within(LIMIT, stalled()).await.unwrap_err();
         assert_eq!(began.elapsed(), LIMIT);
@@ -352,7 +352,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_told_nothing_changed_cannot_be_claimed_after() {
-        // Issue 40, item 2: "nothing was changed" stays true once it is said.
+        // R34: "nothing was changed" stays true once it is said.
         let (cut, rx) = stalling_request(LIMIT);
         let cut = cut.await.unwrap_err();
         assert_eq!(cut.outcome, Outcome::NothingWritten);

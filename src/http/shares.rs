@@ -1,4 +1,4 @@
-//! Shares of a listener's busy connections (issue 35, item 3; R34): how many requests one
+//! Shares of a listener's busy connections (R44, R34): how many requests one
 //! key (a client address in the server loop, a token in the API) may have in flight at once.
 //! One more is answered 503 at once, so a client that keeps its requests busy (a body sent a
 //! byte a second) holds at most its share of the connections, never all of them.
@@ -73,7 +73,7 @@ impl<K: Hash + Eq> Drop for InFlight<K> {
 mod tests {
     use super::*;
 
-    // Issue 35, item 3: a key holds at most its share; a request that ends frees its place;
+    // R44: a key holds at most its share; a request that ends frees its place;
     // keys are forgotten when they have nothing in flight.
     #[test]
     fn a_key_holds_at_most_its_share() {

@@ -217,7 +217,7 @@ mod tests {
         }
     }
 
-    // Issue 16: a bad pair is a start-up error that names the file at fault.
+    // R47: a bad pair is a start-up error that names the file at fault.
     #[test]
     fn a_bad_pair_names_the_file() {
         let dir = temp_dir("bad");
@@ -247,7 +247,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    // Issue 16: new files are served from the next check on; a broken pair keeps the old one.
+    // R47: new files are served from the next check on; a broken pair keeps the old one.
     #[test]
     fn changed_files_are_served_after_the_next_check() {
         let dir = temp_dir("reload");

@@ -1,4 +1,4 @@
-//! The gauges of rollouts in steps (issue 37), read off the owners' `status.rollout` at each
+//! The gauges of rollouts in steps (R43, R25), read off the owners' `status.rollout` at each
 //! scrape: owners by kind and phase (every combination, 0 included), and for each owner whose
 //! rollout is not complete, its step and when that step started.
 

@@ -1,4 +1,4 @@
-//! The series of sleeping variants (R42, issue 36 item 8): starts by cause, the time from a
+//! The series of sleeping variants (R42, R25): starts by cause, the time from a
 //! start to a ready replica, polls that came before their variant was ready, and expiries.
 //! How many variants are idle and awake is read off the caches at each scrape (`gauges`).
 

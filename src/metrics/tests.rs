@@ -418,7 +418,7 @@ fn prometheus_text_format() {
     assert!(!text.contains("# UNIT"));
 }
 
-// Issue 17: text unless OpenMetrics is asked for, as the Go client library negotiates, so
+// R25: text unless OpenMetrics is asked for, as the Go client library negotiates, so
 // `curl -s /metrics | promtool check metrics` (curl sends `Accept: */*`) passes.
 #[test]
 fn negotiates_the_format() {
@@ -481,7 +481,7 @@ fn fleet(name: &str, devices: &[(&str, &str, Option<u32>, Option<i32>)]) -> Muta
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-// R39, R40 (issue 34, item 8): devices by state for every Mutation with spec.devices, every
+// R39, R40, R25: devices by state for every Mutation with spec.devices, every
 // state listed; per-device series up to the cap, and only the counts above it
 #[test]
 fn device_gauges_follow_the_statuses_and_the_cap() {

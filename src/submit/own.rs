@@ -1,4 +1,4 @@
-//! What the operator learns of itself when it starts (R33; issue 35, item 8): the Secrets of
+//! What the operator learns of itself when it starts (R33): the Secrets of
 //! its namespace that are its own, which no Deployment it makes may reference. Besides the
 //! admin token's and the TLS key's names as `deploy/` has them ([`OwnSecrets::new`]):
 //!

@@ -2,7 +2,7 @@
 //! reconcile before it writes and by the HTTP API before it stores a Mutation: the pure
 //! [`Review`] of their pod templates, and, only when it finds what Pod Security "baseline"
 //! forbids at some version, one GET of the namespace for its opt-in label and the version it
-//! pins, then the review at that version (issue 35, item 9). Namespaces are never watched or
+//! pins, then the review at that version (R33). Namespaces are never watched or
 //! cached: an owner whose base breaks baseline costs that GET in each of its reconciles.
 
 use k8s_openapi::api::core::v1::Namespace;

@@ -1,4 +1,4 @@
-//! What a Mutation's own token may ask of its variants (issue 25, R32). That token is on every
+//! What a Mutation's own token may ask of its variants (R32). That token is on every
 //! device of the Mutation, so it is held to what a device needs: settings of the app, never
 //! what changes which code runs or what it can read.
 //!
@@ -244,7 +244,7 @@ impl DeviceLimits {
         }
     }
 
-    /// The largest request body a Mutation's or a device's token may send (issue 35, item 2):
+    /// The largest request body a Mutation's or a device's token may send (R44):
     /// the largest variant it may add, as JSON without escapes in its values, with
     /// [`BODY_ALLOWANCE`] for the rest. 197 KiB by default.
     pub fn body_bytes(self) -> usize {
@@ -313,7 +313,7 @@ pub fn device_may_add(
     let on_command_lines = command_line_names(base);
     let allowed = access.and_then(|a| a.env.as_ref());
     for (name, value) in &variant.env {
-        // R41 (issue 35, item 1): a name the base passes to a command line is the owner's to
+        // R41: a name the base passes to a command line is the owner's to
         // allow by name; no default lets it through.
         let listed = allowed.is_some_and(|names| env_targets(names, name).is_some());
         if !listed && let Some((_, container)) = on_command_lines.iter().find(|(n, _)| n == name) {
@@ -351,7 +351,7 @@ pub fn device_may_add(
             }
             _ => {}
         }
-        // In bytes (issue 35, item 6): what is stored, and what the request body carries.
+        // In bytes (R32): what is stored, and what the request body carries.
         let length = value.len();
         if length > limits.value_length {
             return Err(format!(

@@ -276,7 +276,7 @@ impl Planned {
 }
 
 /// `object`, unless it is over [`MAX_OBJECT_BYTES`] of JSON, which etcd would refuse to store
-/// (issue 35, item 6): measured only for a variant whose env could make it so.
+/// (R32, R35): measured only for a variant whose env could make it so.
 fn within_size(object: Value, v: &Variant) -> Result<Value, String> {
     let env: usize = v
         .env
@@ -304,7 +304,7 @@ fn within_size(object: Value, v: &Variant) -> Result<Value, String> {
 
 /// Plans every declared variant, in spec order (R4, R8, R9): a label that repeats an earlier
 /// one is a `Conflict` (the first keeps it, valid or not), a variant breaking R8 is `Invalid`,
-/// the rest are built, unless too large to store (issue 35, item 6). An owner whose name is
+/// the rest are built, unless too large to store (R32). An owner whose name is
 /// too long for a label value makes every variant `Invalid`. Foreign Deployments are checked
 /// afterwards with [`left_alone`](super::left_alone).
 pub fn plan(base: &Base, owner: &Owner, variants: &[Variant]) -> Vec<Planned> {

@@ -1,4 +1,4 @@
-//! What a base passes to a command line (R41, issue 35 item 1): the `$(NAME)` references of its
+//! What a base passes to a command line (R41): the `$(NAME)` references of its
 //! containers' `command` and `args`, which the kubelet replaces with env values, so a value
 //! there would run as part of the command. Pure.
 

@@ -1,5 +1,5 @@
-//! What a token's variant may not pass to a command line once the base changes (issue 35,
-//! item 1; R41). The HTTP API refuses a token's env name that the base passes to a command
+//! What a token's variant may not pass to a command line once the base changes
+//! (R41). The HTTP API refuses a token's env name that the base passes to a command
 //! line as `$(NAME)` unless the owner lists it in `spec.deviceAccess.env`; a base edited later
 //! to pass such a name would still run what a board sent. So a variant added by a token
 //! (`byToken`) that sets a name the base now passes to a command line, unlisted, is held back
@@ -68,7 +68,7 @@ mod tests {
 
     use super::*;
 
-    // Issue 35, item 1: only a token's variant is held, only for an unlisted name the base
+    // R41: only a token's variant is held, only for an unlisted name the base
     // passes to a command line, whether in its env or a container's.
     #[test]
     fn a_tokens_name_on_a_later_command_line_is_held() {

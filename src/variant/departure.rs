@@ -1,5 +1,5 @@
-//! When devices are gone for good, and when they only went quiet together, pure (R42, issue
-//! 36 item 5): which variants made by enrollment expire ([`expiring`]), and whether a
+//! When devices are gone for good, and when they only went quiet together, pure (R42):
+//! which variants made by enrollment expire ([`expiring`]), and whether a
 //! namespace's devices went silent at once, as in a power cut ([`site_silent`]).
 
 use std::{collections::BTreeSet, time::Duration};

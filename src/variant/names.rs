@@ -49,7 +49,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 /// of label `mutantops.neiam.org/owner`, and a label value has at most 63 characters.
 pub const MAX_OWNER_NAME: usize = 63;
 
-/// Why the operator cannot serve an owner of this name (issue 25): longer than
+/// Why the operator cannot serve an owner of this name (R8): longer than
 /// [`MAX_OWNER_NAME`], it cannot label the Deployments and the Secret it would make.
 pub fn unservable_name(kind: &str, name: &str) -> Option<String> {
     (name.chars().count() > MAX_OWNER_NAME).then(|| {

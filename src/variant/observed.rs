@@ -47,7 +47,7 @@ pub struct RolloutCounts {
     #[serde(default)]
     pub ready_replicas: Option<i32>,
     /// Whether the Deployment controller gave up on its rollout: condition `Progressing` is
-    /// False with reason `ProgressDeadlineExceeded` (issue 37).
+    /// False with reason `ProgressDeadlineExceeded` (R43).
     #[serde(default, rename = "conditions", deserialize_with = "stalled")]
     pub stalled: bool,
 }

@@ -1,4 +1,4 @@
-//! The operator's own Secrets (R33; issue 35, item 8): in the operator's namespace, the
+//! The operator's own Secrets (R33): in the operator's namespace, the
 //! Secrets that hold its credentials, such as the admin token (`mutantops-api`) and the API's
 //! TLS key (`mutantops-api-tls`). A pod that references one can read it, so no Deployment the
 //! operator makes may ([`own_secret_findings`]), in any way a pod can: a `secret` volume, a

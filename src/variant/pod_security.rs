@@ -2,9 +2,9 @@
 //! Security "baseline" ([`baseline_findings`]), unless its namespace opts in the Kubernetes way
 //! (label `pod-security.kubernetes.io/enforce: privileged`), and, whatever the labels say, one
 //! that runs as the operator's own ServiceAccount ([`own_account_finding`]) or references one
-//! of its own Secrets ([`own_secret_findings`]; issue 35, item 8).
+//! of its own Secrets ([`own_secret_findings`]; R33).
 //!
-//! Baseline is the one the namespace is held to (issue 35, item 9): at the version its
+//! Baseline is the one the namespace is held to (R33): at the version its
 //! `pod-security.kubernetes.io/enforce-version` label pins, else the API server's own, as
 //! Pod Security admission would evaluate it ([`Policy::enforced`]), so the operator never
 //! refuses what the API server would let the namespace run at baseline, and never makes what

@@ -1,5 +1,5 @@
 //! Which version of the Pod Security Standards a namespace is held to, and what "baseline"
-//! allows at each version (R33; issue 35, item 9).
+//! allows at each version (R33).
 //!
 //! Kubernetes' Pod Security admission evaluates a pod against the version the namespace
 //! pins (label `pod-security.kubernetes.io/enforce-version`: `latest` or `v1.<minor>`), or

@@ -1,4 +1,4 @@
-//! Quiet hours, pure (R42, issue 36 item 7): when `spec.devices.sleep.quietHours` of a
+//! Quiet hours, pure (R42): when `spec.devices.sleep.quietHours` of a
 //! Mutation says nothing is woken, and when that ends. [`Quiet::of`] checks the spec once;
 //! [`Quiet::end_of`] and [`Quiet::next_start`] answer for an instant the caller passes in (no
 //! clock is read here), and [`Quiet::local`] writes an instant as the spec's local time.

@@ -1,4 +1,4 @@
-//! A base change reaching the variants in steps (issue 37), decided without I/O: which base
+//! A base change reaching the variants in steps (R43), decided without I/O: which base
 //! revision each variant is to run, and where the rollout stands.
 //!
 //! A base gets a revision ([`revision_of`], a hash of its text). When it changes, the variants

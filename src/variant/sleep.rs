@@ -1,4 +1,4 @@
-//! Variants that sleep with their displays, pure (R42, issue 36): what `spec.devices.sleep`
+//! Variants that sleep with their displays, pure (R42): what `spec.devices.sleep`
 //! says ([`SleepPolicy`]) and what a poll teaches of a device ([`polled`]). When a variant is
 //! up is `wake`'s; when its devices are gone, `departure`'s.
 

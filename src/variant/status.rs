@@ -126,7 +126,7 @@ fn named(statuses: &[VariantStatus], state: VariantState, what: &str) -> Option<
     Some(format!("{} {what}: {list}", labels.len()))
 }
 
-/// Whether `new` differs from `previous` only by progress still under way (issue 39, item 4):
+/// Whether `new` differs from `previous` only by progress still under way (R50):
 /// some variants that were Progressing are Ready now, or have more ready replicas, while
 /// another still is Progressing; nothing else changed (no variant went back, no new problem,
 /// no other field) but the summary and the Ready condition's message that count them. Such a

@@ -1,4 +1,4 @@
-//! What a Mutation's token may add in all (issue 35, item 5): the instances of all the
+//! What a Mutation's token may add in all (R32): the instances of all the
 //! Mutation's variants together, the variants with a Service that opens a port on every node
 //! or an address on the LAN, and which labels it may use (a label names a Deployment and a
 //! Service, `<base>-<label>`, which other pods reach by that name). Each bound is the owner's
@@ -180,7 +180,7 @@ mod tests {
         }
     }
 
-    // Issue 35, item 5: the total of instances, the exposed Services and the label pattern,
+    // R32: the total of instances, the exposed Services and the label pattern,
     // each naming where its bound comes from; shrinking is always allowed.
     #[test]
     fn totals_bound_what_a_token_adds() {

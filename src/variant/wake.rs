@@ -1,4 +1,4 @@
-//! When a sleeping variant is up, pure (R42, issue 36): for one variant, from what is
+//! When a sleeping variant is up, pure (R42): for one variant, from what is
 //! persisted (its devices' status entries and its own sleep status) and the clock, whether it
 //! is up, why, and when to look again ([`decide`]). No I/O: the leader and any replica that
 //! reads the same status decide the same, so a new leader resumes where the last one was.

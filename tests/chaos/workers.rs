@@ -208,7 +208,7 @@ impl Worker {
         }
         let who = self.who(label);
         let done: Vec<Slot> = possible.iter().filter_map(|s| op.apply(s)).collect();
-        // Issue 25: a variant on the name of a foreign Deployment is refused up front (409),
+        // R9: a variant on the name of a foreign Deployment is refused up front (409),
         // when the operator knows of that Deployment; nothing changes, whatever the label held.
         let foreign_name = matches!(
             (&op, &wire),

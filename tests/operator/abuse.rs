@@ -1,4 +1,4 @@
-//! Issue 25, items 5 and 6 (R34): what requests that cannot authenticate, or that ask for
+//! R34: what requests that cannot authenticate, or that ask for
 //! validated reads, cost the API server. Counted in the API server's audit log: the operator's
 //! reads of Mutations while the requests ran.
 //!
@@ -35,7 +35,7 @@ async fn mutation_reads(offset: u64, ns: &str, needle: &str) -> Vec<String> {
         .collect()
 }
 
-/// Issue 25, item 5: a request without a bearer token, with a malformed one, or about a
+/// R34, R20: a request without a bearer token, with a malformed one, or about a
 /// namespace the API does not serve is answered 401 without asking the API server anything,
 /// and as fast for an existing Mutation as for an absent one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +105,7 @@ async fn requests_without_a_usable_token_cost_the_api_server_nothing() {
     );
 }
 
-/// Issue 25, item 5: wrong tokens from one client, as fast as it can send them, do not spend
+/// R34: wrong tokens from one client, as fast as it can send them, do not spend
 /// the checks another client needs: a Mutation created through A is usable through B at once
 /// all the while; and the flood costs the API server a bounded number of reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +173,7 @@ async fn wrong_tokens_from_one_client_do_not_spend_the_checks_of_another() {
     );
 }
 
-/// Issue 25, item 6: validated reads (`Cache-Control: no-cache`) are limited per token: 429
+/// R34: validated reads (`Cache-Control: no-cache`) are limited per token: 429
 /// with `Retry-After` beyond the budget, each read within it is one read of the API server,
 /// and another token keeps its own budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

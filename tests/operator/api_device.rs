@@ -1,4 +1,4 @@
-//! R32 (issue 25, items 1, 2 and 11): what a Mutation's own token, the one on every device,
+//! R32, R8, R9: what a Mutation's own token, the one on every device,
 //! can do to its variants. Its env values reach the containers literally, it cannot replace a
 //! base entry that comes from elsewhere (`valueFrom`), it cannot set the variables that change
 //! how a process loads or starts unless the owner lists them, the owner can narrow it to a
@@ -31,7 +31,7 @@ pub(super) async fn set_device_access(f: &Fixture, name: &str, access: Value) {
     assert_eq!(reply.status, 200, "{reply:?}");
 }
 
-/// R32, item 1: values are literal, valueFrom entries and start-up variables are refused to the
+/// R32: values are literal, valueFrom entries and start-up variables are refused to the
 /// token (403 naming the variable) and not to the admin, the owner's list narrows and allows,
 /// and docs/api.md's walk-through (FEATURE_X) still works.
 #[tokio::test]
@@ -130,7 +130,7 @@ async fn a_device_token_sets_literal_values_and_only_what_its_owner_allows() {
     );
 }
 
-/// R32, item 2: the token's bounds, their refusals naming the bound, the owner moving them;
+/// R32: the token's bounds, their refusals naming the bound, the owner moving them;
 /// the admin held only to the hard maxima, which the API server (kubectl) enforces too.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
@@ -266,7 +266,7 @@ async fn device_tokens_are_bounded_and_the_crd_carries_the_hard_maxima() {
     refused_by_server(json!([]), json!({"maxInstances": 1001}), &["1000"]).await;
 }
 
-/// Issue 25, item 11: a Mutation name longer than 63 characters (so no owner label value) is
+/// R8, R24: a Mutation name longer than 63 characters (so no owner label value) is
 /// 400 at the API; one made with kubectl is reported Invalid in its status, and the controller
 /// does not fail on it over and over.
 #[tokio::test]
@@ -332,7 +332,7 @@ async fn an_unservable_mutation_name_is_refused_and_reported_invalid() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Issue 25, item 11 (R9, R19): adding a variant whose Deployment name belongs to someone else
+/// R9, R19: adding a variant whose Deployment name belongs to someone else
 /// is 409, for the admin and the token, whether the operator caches that Deployment (another
 /// owner's) or only the API server's dry run knows it (nobody's); nothing is written.
 #[tokio::test]
@@ -400,7 +400,7 @@ async fn a_variant_on_someone_elses_deployment_name_is_409() {
     assert_eq!(controller_of(&after), None);
 }
 
-/// R41 (issue 35, item 1): a base that passes `$(TITLE)` to its command line, as Kubernetes
+/// R41: a base that passes `$(TITLE)` to its command line, as Kubernetes
 /// documents it: a device's TITLE would run as part of the command, so the token may not set
 /// it (403 naming the variable and the container) until the owner lists it; the admin may. A
 /// base that starts passing a name later holds back the token's variants that set it.

@@ -159,7 +159,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
     );
 }
 
-/// Issue 15: a Mutation's name is a DNS-1123 subdomain, as Kubernetes allows: one named with
+/// R24: a Mutation's name is a DNS-1123 subdomain, as Kubernetes allows: one named with
 /// dots is created, read and edited through the API, with the admin token and its own.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
@@ -195,7 +195,7 @@ async fn a_mutation_named_with_dots_is_reachable() {
     assert_eq!(bad.status, 400, "{bad:?}");
 }
 
-/// Issue 15: a namespace being deleted is part of normal operation. A create in it answers 409
+/// R19, R51: a namespace being deleted is part of normal operation. A create in it answers 409
 /// with the API server's reason (not 502), and the request is not logged as a failure at warn.
 /// A ConfigMap with a finalizer of the test's holds the namespace in Terminating meanwhile.
 #[tokio::test]
@@ -256,7 +256,7 @@ async fn a_terminating_namespace_is_a_conflict_not_a_fault() {
     assert!(warned.is_empty(), "{warned:#?}");
 }
 
-/// Issue 15, R24: what the API server would refuse is refused up front with 400 and the
+/// R24: what the API server would refuse is refused up front with 400 and the
 /// server's message (a dry run of each resulting Deployment), and nothing is created: a field
 /// the Deployment schema does not declare, and a container without an image.
 #[tokio::test]

@@ -5,8 +5,8 @@
 //! edits), and the controller converges on all of them. The figures (answers, writes,
 //! resourceVersion conflicts retried, time) are
 //! printed for `--nocapture`; only correctness is asserted. A request over its caller's share of
-//! the busy connections (issue 35, item 3: a quarter for a token, half for an address) or over
-//! its token's budget of changes (item 4: 2 a second, 60 at once) is sent again after its
+//! the busy connections (R44: a quarter for a token, half for an address) or over its
+//! token's budget of changes (R34: 2 a second, 60 at once) is sent again after its
 //! `Retry-After`, as a device does.
 
 use std::{
@@ -84,9 +84,9 @@ async fn call(
         f.ns.name,
         body.len()
     );
-    // A request over its caller's share of the busy connections (issue 35, item 3) is
+    // A request over its caller's share of the busy connections (R44) is
     // answered 503 with Retry-After at once, before anything is done, and one over its token's
-    // budget of changes 429 (item 4): a client sends it again after that second, as a device
+    // budget of changes 429 (R34): a client sends it again after that second, as a device
     // does.
     loop {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -101,7 +101,7 @@ async fn call(
         let text = String::from_utf8_lossy(&out);
         let reply =
             common::http::parse(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-        // Issue 35, item 4: so is one over the token's budget of changes (429).
+        // R34: so is one over the token's budget of changes (429).
         let over_budget = reply.status == 429 && reply.body.contains("too many changes");
         if over_budget || (reply.status == 503 && reply.body.contains("in flight")) {
             RETRIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -160,7 +160,7 @@ fn operator_requests_with_codes(path: &std::path::Path, offset: u64) -> Vec<(Str
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn two_hundred_concurrent_edits_of_one_mutation_all_land() {
-    // R22, with the default request deadline (issue 40, 4 s): the edits waiting together are
+    // R22, with the default request deadline (R34, 4 s): the edits waiting together are
     // written together, so none waits for the others' writes one by one (it took a deadline
     // of 60 s when each edit wrote on its own, one at a time).
     let f = Fixture::with_env("api-load", &[("MUTANT_API_TOKEN", ADMIN)]).await;

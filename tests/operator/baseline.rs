@@ -1,4 +1,4 @@
-//! R33 (issue 25, item 3): the operator does not make what Pod Security "baseline" forbids
+//! R33: the operator does not make what Pod Security "baseline" forbids
 //! unless the namespace opts in the Kubernetes way (label
 //! `pod-security.kubernetes.io/enforce: privileged`), nor anything that runs as its own
 //! ServiceAccount, whoever asks: kubectl users with `create` on the owners (status: every
@@ -9,8 +9,7 @@
 //! level, so the API server itself accepts these Deployments and their pods everywhere: what
 //! is refused here is refused by the operator. The last test labels its namespace to enforce
 //! baseline, where the server refuses such pods too, and checks the operator agrees with it
-//! at the version the namespace pins (issue 35, item 9; `baseline_server.rs` compares the
-//! two pod for pod).
+//! at the version the namespace pins (`baseline_server.rs` compares the two pod for pod).
 
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::json;
@@ -274,7 +273,7 @@ fn probing_another_host(name: &str) -> Value {
 /// Where the probe host of `probing_another_host` is.
 const PROBE_HOST_FIELD: &str = "spec.template.spec.containers[app].readinessProbe.httpGet.host";
 
-/// R33, issue 35 item 9: the operator holds a base to the baseline its namespace enforces, at
+/// R33: the operator holds a base to the baseline its namespace enforces, at
 /// the version the namespace pins or else the API server's (1.34 here), as the API server
 /// does for the pods. In a namespace enforcing baseline at `latest`, a Mutation whose base
 /// sets sysctls net.ipv4.tcp_rmem and tcp_wmem (safe since 1.32) is created through the API

@@ -1,4 +1,4 @@
-//! R33 (issue 35, item 9): the operator's baseline decision agrees with the API server's own
+//! R33: the operator's baseline decision agrees with the API server's own
 //! Pod Security admission, pod for pod, at the version a namespace pins. For a table of pod
 //! templates (each control, before and after the version it changed at), a namespace
 //! enforcing `baseline` at each of several versions is asked, with a dry-run create of a Pod
@@ -235,7 +235,7 @@ async fn admits(pods: &Api<DynamicObject>, name: &str, template: &Value) -> Resu
     }
 }
 
-/// R33, issue 35 item 9: for every row and every version, the API server's Pod Security
+/// R33: for every row and every version, the API server's Pod Security
 /// admission (namespace labelled enforce=baseline, enforce-version=that version) and the
 /// operator's decision at the policy it derives from the same labels agree.
 #[tokio::test]

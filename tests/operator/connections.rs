@@ -1,4 +1,4 @@
-//! Issue 25, item 7 (R34): clients that open connections and send nothing. The operator runs
+//! R34: clients that open connections and send nothing. The operator runs
 //! with 128 file descriptors (as a container's limit would have it) and a cap of 32 API
 //! connections, while a client keeps 300 connections open, opening a new one whenever one is
 //! closed: 400 such connections used to leave the process without descriptors (accept failed
@@ -92,7 +92,7 @@ async fn idle_connections_cannot_take_the_operators_descriptors() {
     );
 }
 
-/// Issue 40, item 1 (R34): with the default `MUTANT_API_MAX_CONNECTIONS` (256) and a
+/// R34: with the default `MUTANT_API_MAX_CONNECTIONS` (256) and a
 /// descriptor limit of 160, 400 idle clients used to exhaust the descriptors: the admin got no
 /// answer, and the log said "Too many open files" 98 times. Now the caps of both listeners are
 /// lowered at start to fit the limit, with a log line saying so; under 400 idle connections to

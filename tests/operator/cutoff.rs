@@ -1,4 +1,4 @@
-//! Issue 25, items 8 and 9 (R34): a replica whose API server stalls. It reaches the API server
+//! R34: a replica whose API server stalls. It reaches the API server
 //! through a TCP proxy of the test's that can stall ([`BehindStallingProxy`]): accept connections and
 //! pass nothing on, either way, as a hung API server or a network that drops packets would. A
 //! call then ends at its deadline (503 with `Retry-After`, not a request left without an
@@ -31,7 +31,7 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
     assert_eq!(device_get().await.status, 200);
     assert_eq!(readyz(metrics).await.0, 200);
 
-    // The API server stalls. Item 9: a device's POST, which needs the server (its dry run),
+    // The API server stalls. A device's POST, which needs the server (its dry run),
     // is answered at the request's deadline (4 s, tests/operator/deadline.rs), with Retry-After;
     // it was left without an answer.
     proxy.stall_all();
@@ -47,7 +47,7 @@ async fn a_replica_cut_off_from_the_api_server_answers_503_and_recovers() {
     assert_eq!(added.status, 503, "{added:?}");
     assert_eq!(added.header("retry-after"), Some("1"), "{added:?}");
 
-    // Item 8: the Secret is deleted where the replica cannot see it. Within the bound (3 s,
+    // The Secret is deleted where the replica cannot see it. Within the bound (3 s,
     // after the Lease's reads and the calls above have failed) the replica stops authorising
     // from its cache: the old token gets 503, not 200, and the replica is not ready.
     secrets

@@ -1,4 +1,4 @@
-//! Issue 40, item 2 (R34): one deadline per API request. While the API server stalls (a TCP
+//! R34: one deadline per API request. While the API server stalls (a TCP
 //! proxy of the test's accepts and passes nothing on, [`StallingProxy`]), a device's POST of a
 //! variant makes several calls in a row (a read, a dry run, the write); each has its own
 //! 10 s deadline, and the device used to wait their sum (no answer within 20 s) where its

@@ -1,4 +1,4 @@
-//! R39–R41 (issue 34): devices as objects of a Mutation with `spec.devices`. The Mutation's
+//! R39–R41: devices as objects of a Mutation with `spec.devices`. The Mutation's
 //! token becomes an enrollment key; each device gets a token of its own, stored only as a
 //! hash, that reaches its own record, its own variant and that variant's Service; enrollment
 //! windows and `maxDevices` bound it; revoked and rotated tokens die on every replica; every
@@ -29,7 +29,7 @@ pub(super) async fn create(f: &Fixture, name: &str, devices: Value, access: Valu
 }
 
 /// `POST .../devices` with `token`: sent again after `Retry-After` while the enrollment key is
-/// over its budget of changes (issue 35, item 4: 60 at once, 2 a second), as a board does.
+/// over its budget of changes (R34: 60 at once, 2 a second), as a board does.
 pub(super) async fn enroll(
     f: &Fixture,
     name: &str,

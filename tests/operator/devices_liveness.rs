@@ -1,4 +1,4 @@
-//! R40, R41, issue 34 items 6 to 9: the liveness of enrolled devices (heartbeats written once
+//! R40, R41, R25, R17: the liveness of enrolled devices (heartbeats written once
 //! per persistEvery, Late and Gone, restarts), their budgets and metrics, an Argo CD sync, and
 //! where a device's env lands. Enrollment and tokens are in `devices.rs`.
 
@@ -91,7 +91,7 @@ async fn a_thousand_polls_cost_a_write_per_device_per_persist_every() {
         .await;
     assert_eq!(status.devices[0].reported.rssi, Some(-61));
 
-    // Item 8: the devices in /metrics, per state and per device (100 is under the default
+    // R25: the devices in /metrics, per state and per device (100 is under the default
     // cap of 200), in an exposition promtool accepts.
     let metrics_port = f.operator.metrics_port;
     let scraped = wait_for("the device series", CONVERGE, || async {
@@ -225,7 +225,7 @@ async fn silent_devices_turn_late_then_gone_and_a_restart_is_not_early() {
     assert_eq!(gone.devices[0].last_seen, online.devices[0].last_seen);
 }
 
-/// Issue 34, item 9: an Argo CD synced Mutation with runtime variants and `spec.devices`: a
+/// R17, R39: an Argo CD synced Mutation with runtime variants and `spec.devices`: a
 /// sync (the manifest applied again, server-side, as Argo CD does) leaves the devices, their
 /// status and the variants enrollment made alone, and the devices Secret carries none of Argo
 /// CD's tracking marks, so Argo CD never prunes it.
@@ -281,7 +281,7 @@ async fn an_argo_cd_sync_keeps_the_devices() {
     );
 }
 
-/// R41 (issue 34, item 4): with spec.devices, env is deny-by-default; a name the owner lists
+/// R41: with spec.devices, env is deny-by-default; a name the owner lists
 /// as `<container>/NAME` reaches only that container of the variant's Deployment, a bare name
 /// every container; a spelling of a valueFrom name is refused.
 #[tokio::test]

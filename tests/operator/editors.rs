@@ -1,4 +1,4 @@
-//! R33 (issue 25, item 3), R28: namespace editors get Mutations and MutantDeployments as they
+//! R33, R28: namespace editors get Mutations and MutantDeployments as they
 //! get Deployments. deploy/operator.yml's ClusterRoles `mutantops-edit` and `mutantops-view`
 //! carry the aggregation labels of the built-in `edit`, `admin` and `view`, and the
 //! clusterrole-aggregation controller of the test control plane's kube-controller-manager

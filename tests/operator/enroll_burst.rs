@@ -1,4 +1,4 @@
-//! R39 with R22 and issue 40: a fleet powered up at once. Sixty boards enroll into one
+//! R39 with R22 and R34: a fleet powered up at once. Sixty boards enroll into one
 //! Mutation at the same moment, each with a variant of its own, with the enrollment key and
 //! the default request deadline (4 s): every one is enrolled (201), none is answered 503.
 //! Enrollments that arrive together are written together (`api::batch`): their variants in

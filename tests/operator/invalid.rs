@@ -31,7 +31,7 @@ async fn invalid_variants_are_reported_and_the_others_run() {
         assert!(v.message.as_deref().unwrap_or("").contains(needle), "{v:?}");
     }
     assert_eq!(status.summary, "1/4 variants ready");
-    // R11, issue 15: the Ready condition agrees with the summary: variants not applied keep
+    // R11: the Ready condition agrees with the summary: variants not applied keep
     // it False, so `kubectl wait --for=condition=Ready` does not pass at 1/4.
     assert_eq!(
         (
@@ -151,7 +151,7 @@ async fn an_invalid_base_leaves_running_variants_alone() {
     .await;
 }
 
-/// Issue 15: the API server refusing one variant's Deployment marks that variant Invalid, not
+/// R35: the API server refusing one variant's Deployment marks that variant Invalid, not
 /// the base, also when it is the first variant written: the others are applied. The refusal
 /// comes from a ValidatingAdmissionPolicy (scoped to this test's namespace, removed afterwards)
 /// that forbids one env value, and is recognised by its code (422), not its text.

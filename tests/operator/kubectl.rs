@@ -1,4 +1,4 @@
-//! Issue 17: what kubectl shows a user. `kubectl get ... -o wide` adds the variants declared
+//! R3, R26: what kubectl shows a user. `kubectl get ... -o wide` adds the variants declared
 //! and the owner's message; both kinds have the READY column; `kubectl describe` shows the
 //! Events with their reasons and what they say. Runs the real kubectl (`$KUBECTL`, which
 //! `scripts/cluster env` exports).
@@ -121,7 +121,7 @@ async fn kubectl_shows_variants_messages_and_events() {
     );
 }
 
-/// Issue 34, item 9: `kubectl get mutations -o wide` shows how many devices are enrolled and
+/// R3, R39: `kubectl get mutations -o wide` shows how many devices are enrolled and
 /// how many are Online; the narrow table does not.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]

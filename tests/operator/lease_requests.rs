@@ -1,4 +1,4 @@
-//! Issue 28, item 3: the leader renews its Lease with one request per renewal, a replace on
+//! R30, R50: the leader renews its Lease with one request per renewal, a replace on
 //! the resourceVersion of its own last write, and no read before it: 12 requests a minute at
 //! the default 15 s duration, where a read before every write made 24. Counted in the API
 //! server's audit log.

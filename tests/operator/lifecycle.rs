@@ -97,7 +97,7 @@ async fn what_a_variant_no_longer_declares_is_removed() {
     assert_eq!(entries(&changed), ["Some(\"Apply\")/None"]);
 }
 
-/// Issue 15: a Mutation deleted and at once created again under the same name, while the old
+/// R11: a Mutation deleted and at once created again under the same name, while the old
 /// one's Deployments still await garbage collection, is never Ready through them: each status
 /// seen with `Ready=True` reads "2/2 variants ready", and both Deployments are then controlled
 /// by the new Mutation's uid.

@@ -1,4 +1,4 @@
-//! Issue 35, item 2 (R34): what one token can make a replica hold is bounded by design. The
+//! R44, R34: what one token can make a replica hold is bounded by design. The
 //! operator runs in a memory cgroup of deploy/'s limit (64 MiB) with its defaults (256
 //! connections, 8 MiB of buffered bodies and answers, a quarter per caller), while one
 //! Mutation's token, the one every board of a fleet holds, keeps 200 connections busy with

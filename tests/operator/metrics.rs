@@ -66,7 +66,7 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
 
     // What Prometheus sends gets OpenMetrics. The gauges come from the watch caches, which
     // follow the statuses just read from the API server within moments: wait for what they
-    // must show (issue 27, item 7), then check the rest on that answer.
+    // must show, never read them once, then check the rest on that answer.
     let accept =
         "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
     let reply = wait_for("the gauges to follow the statuses", CONVERGE, || async {
@@ -169,7 +169,7 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
         .spawn()
         .unwrap_or_else(|e| panic!("{promtool} is needed (apt-get install prometheus): {e}"));
     // promtool reads the classic text format, which any client that does not ask for
-    // OpenMetrics gets: no Accept header, or curl's `*/*` (issue 17: `curl -s .../metrics |
+    // OpenMetrics gets: no Accept header, or curl's `*/*` (R25: `curl -s .../metrics |
     // promtool check metrics`, as Prometheus documents it).
     let plain = common::http::request(port, "GET", "/metrics", None, None).await;
     assert!(
@@ -222,7 +222,7 @@ async fn metrics_follow_the_cluster_and_the_format_is_valid() {
     apply_one_variant(&f, "mu", "x").await;
     // The gauges come from the watch caches, which follow the status just read from the API
     // server within moments: wait for what they must converge to, never read them once (on
-    // k3s's kine/SQLite the Conflict gauge was still 1.0 at the first read; issue 27).
+    // k3s's kine/SQLite the Conflict gauge was still 1.0 at the first read).
     let variants = "mutant_operator_variants{kind=\"Mutation\"}";
     let conflict = "mutant_operator_mutation_variants{state=\"Conflict\"}";
     wait_for("the metrics to follow the status", CONVERGE, || async {

@@ -1,4 +1,4 @@
-//! Issue 35, item 8 (R33, R20): which namespaces the admin token reaches, and the operator's
+//! R33, R20: which namespaces the admin token reaches, and the operator's
 //! own Secrets. An operator that watches every namespace and is given no list serves only the
 //! namespaces labelled `mutantops.neiam.org/api=enabled`, never `kube-system` nor its own
 //! namespace, and follows the label as it comes and goes. In the operator's namespace, a base
@@ -63,7 +63,7 @@ async fn held_lease(ns: &TestNamespace) {
         .unwrap();
 }
 
-/// Issue 35, item 8: without MUTANT_WATCH_NAMESPACE and MUTANT_API_NAMESPACES, the admin token
+/// R33: without MUTANT_WATCH_NAMESPACE and MUTANT_API_NAMESPACES, the admin token
 /// reaches a namespace labelled for the API, and gets 404 saying how to opt in for one that
 /// is not, for kube-system and for the operator's own namespace even when labelled (a
 /// Mutation's token 401, as before). Labelling and unlabelling take effect while it runs.
@@ -140,7 +140,7 @@ fn mounting(name: &str, secret: &str) -> Value {
 /// Where `mounting` names the Secret.
 const VOLUME_FIELD: &str = "spec.template.spec.volumes[creds].secret.secretName";
 
-/// Issue 35, item 8 (R33): in the operator's namespace, a base may not reference the
+/// R33: in the operator's namespace, a base may not reference the
 /// operator's Secrets: the admin token's (`mutantops-api`: as a volume, 400 through the API,
 /// every variant Invalid when applied), the TLS key's (through env), one that the operator's
 /// own Deployment references, one labelled as the operator is, and its ServiceAccount's token

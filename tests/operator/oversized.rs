@@ -1,4 +1,4 @@
-//! Issue 35, item 6 (R24, R35, R36): an API answer that is 400 (or the server's 403) whenever
+//! R24, R32, R35, R36: an API answer that is 400 (or the server's 403) whenever
 //! the write would fail at the API server. A variant whose env, copied into each of the base's
 //! containers, makes a Deployment larger than etcd stores used to get 201 (the dry run does not
 //! reach etcd) and then never be made; an added variant's Service was neither built nor

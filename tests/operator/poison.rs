@@ -1,4 +1,4 @@
-//! Issue 15, R10, R13: objects a user can store but nobody should (a base nested 200 levels
+//! R46, R10, R13: objects a user can store but nobody should (a base nested 200 levels
 //! deep, a base of the wrong JSON types), made behind the operator's back as kubectl would,
 //! and a base of 1.4 MiB leave every other owner reconciling and the API listing, also across
 //! a restart; each bad object is reported in its own status. Before the client's depth guard

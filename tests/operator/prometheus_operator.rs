@@ -1,4 +1,4 @@
-//! R25, issue 17: deploy/prometheus/podmonitor.yaml (how prometheus-operator scrapes
+//! R25: deploy/prometheus/podmonitor.yaml (how prometheus-operator scrapes
 //! `/metrics`) and prometheusrule.yaml are what prometheus-operator's own CRDs accept. The CRDs
 //! come from prometheus-operator's Go module (`PROMETHEUS_OPERATOR`, from the Go module proxy
 //! through `go mod download`); the manifests are applied with strict field validation, as

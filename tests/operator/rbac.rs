@@ -1,7 +1,7 @@
 //! R28, R27: deploy/ under real RBAC. The bundle passes a server-side dry run and applies; the
 //! operator then runs with the credentials of the ServiceAccount from deploy/operator.yml
 //! (a token from the TokenRequest API), not as cluster admin, and reconciles the examples
-//! (their Services too, under the bundle's policy on Service writes: issue 35, item 10);
+//! (their Services too, under the bundle's policy on Service writes: R28);
 //! and the account cannot do what it does not need.
 
 use k8s_openapi::api::{
@@ -61,7 +61,7 @@ async fn the_operator_runs_with_its_service_account() {
         (!existed("clusterrole", name))
             .then(|| common::RemoveOnDrop::<k8s_openapi::api::rbac::v1::ClusterRole>::new(name))
     });
-    // Issue 35, item 10: the policy on the account's Service writes, and its binding.
+    // R28: the policy on the account's Service writes, and its binding.
     let _policy = (!existed("validatingadmissionpolicy", "mutantops-services"))
         .then(|| common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new("mutantops-services"));
     let _policy_binding = (!existed("validatingadmissionpolicybinding", "mutantops-services"))
@@ -120,7 +120,7 @@ async fn the_operator_runs_with_its_service_account() {
         &["update", "leases.coordination.k8s.io", "-n", "mutants"],
         // R33: a namespace's pod-security.kubernetes.io/enforce label, read by name.
         &["get", "namespaces/default"],
-        // Issue 35, item 8: the namespaces labelled for the API, label-selected.
+        // R33: the namespaces labelled for the API, label-selected.
         &["list", "namespaces"],
         &["watch", "namespaces"],
     ] {
@@ -167,7 +167,7 @@ async fn the_operator_runs_with_its_service_account() {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     kubeconfig_with_token(token.trim(), &kubeconfig);
-    // Issue 35, item 10: with that token, only Services labelled as a variant's are written.
+    // R28: with that token, only Services labelled as a variant's are written.
     policy::only_labelled_services(&ns.name, &kubeconfig).await;
     let operator = Operator::start_with(
         &ns.name,

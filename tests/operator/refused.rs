@@ -1,4 +1,4 @@
-//! R35 (issue 25, item 4): a variant the API server refuses for a policy of the cluster (a
+//! R35: a variant the API server refuses for a policy of the cluster (a
 //! ResourceQuota, a ValidatingAdmissionPolicy; 403 or 422) is that variant's `Invalid` state
 //! with the server's message, while the other variants are applied, pruning runs and the
 //! status is written; the HTTP API answers the refusal of its dry run (403 or 400) instead of
@@ -39,7 +39,7 @@ async fn install_policy(f: &Fixture) -> PolicyGuards {
     deny_deployments(f, "policy", validations, probe, 403).await
 }
 
-/// R35 (issue 25, item 4), R26: variants refused by an admission policy (its 403 and its 422)
+/// R35, R26: variants refused by an admission policy (its 403 and its 422)
 /// and by a ResourceQuota (`count/deployments.apps`, 403) are each Invalid with the server's
 /// message, while a variant declared after them is created, a removed one is pruned, the
 /// status is written with a Ready condition naming the refused variants, each refusal is one

@@ -1,4 +1,4 @@
-//! Issue 15: two replicas behind one Service, requests alternating between them. A Mutation
+//! R30: two replicas behind one Service, requests alternating between them. A Mutation
 //! created through one replica, its token and a variant added through it, are usable through
 //! the other at once, although the other's caches have not caught up yet.
 //!
@@ -236,7 +236,7 @@ async fn what_one_replica_made_is_usable_through_the_other_at_once() {
     }
 }
 
-/// Issue 15: edits of existing variants, alternating between the replicas, each read at once
+/// R30: edits of existing variants, alternating between the replicas, each read at once
 /// through the other with `Cache-Control: no-cache`: scaled, removed, added, and the list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]

@@ -1,4 +1,4 @@
-//! Issue 37: a base change reaching ten display variants in steps, against the real control
+//! R43: a base change reaching ten display variants in steps, against the real control
 //! plane (kwok's nodes make a schedulable pod ready; a nodeSelector no node has keeps one
 //! Pending): only the first step's Deployments are written, a pause step waits for its
 //! resume, a step that misses its deadline fails and rolls back byte for byte, an edit
@@ -72,7 +72,7 @@ async fn revisions(f: &Fixture) -> Vec<String> {
     names
 }
 
-/// Issue 37 items 1-4: the base's image changes; only the first step's Deployment is written,
+/// R43: the base's image changes; only the first step's Deployment is written,
 /// and the rollout waits at the pause step, the other nine templates untouched; resumed, the
 /// rest follow and it completes, the two revisions kept as ControllerRevisions.
 #[tokio::test]
@@ -167,7 +167,7 @@ async fn a_base_change_reaches_ten_variants_step_by_step() {
     assert_steady(&f, &audit, offset, before).await;
 }
 
-/// Issue 37 items 3, 5: a base whose pods cannot be scheduled misses the step's deadline:
+/// R43: a base whose pods cannot be scheduled misses the step's deadline:
 /// the rollout is Degraded, the step's variants are back on the old template byte for byte,
 /// the others never touched; the base edited again starts over from the first step and
 /// completes.
@@ -238,7 +238,7 @@ async fn a_failed_step_rolls_back_byte_for_byte_and_an_edit_starts_over() {
     assert_eq!(revisions(&f).await.len(), 2);
 }
 
-/// Issue 37 item 5: the leader is replaced while the rollout waits at a pause step; the new
+/// R43, R30: the leader is replaced while the rollout waits at a pause step; the new
 /// one resumes from the status and the kept revision, writes no Deployment again, and an
 /// abort returns every variant to the previous template.
 #[tokio::test]
@@ -294,7 +294,7 @@ async fn a_new_leader_resumes_and_an_abort_returns_everything() {
     );
 }
 
-/// Issue 37 items 3 and 6, through the HTTP API: the admin resumes a Mutation's rollout at
+/// R43, through the HTTP API: the admin resumes a Mutation's rollout at
 /// its pause step and aborts it (202, the annotation written); the Mutation's own token is
 /// refused (401), and so is a resume with nothing to resume (409, saying why). A token's
 /// PATCH of instances mid-rollout scales its variant on the template it runs.
@@ -343,7 +343,7 @@ async fn the_admin_resumes_and_aborts_a_mutations_rollout() {
     };
     let held = f.wait_status::<Mutation>("m", "paused", paused).await;
     let r = held.rollout.unwrap();
-    // Item 6: the variant answer says which revision each runs.
+    // R43, R23: the variant answer says which revision each runs.
     for (label, want) in [
         ("radxa", Some(&r.revision)),
         ("lily", r.previous_revision.as_ref()),

@@ -1,4 +1,4 @@
-//! R42 (issue 36): variants that sleep with their displays, against the local control plane,
+//! R42: variants that sleep with their displays, against the local control plane,
 //! with durations of seconds: a variant no device needs goes to zero replicas with its spec
 //! untouched and the Mutation Ready; a poll answers at once and wakes it; a device that says
 //! when it comes back finds its variant started ahead of its poll; a variant made by
@@ -61,7 +61,7 @@ async fn poll(
     .await
 }
 
-/// R42, issue 36 items 2, 3: a spec variant no device uses goes idle after idleAfter (zero
+/// R42: a spec variant no device uses goes idle after idleAfter (zero
 /// replicas, spec instances kept, state Idle and why, Mutation Ready, summary counting it);
 /// fifty devices enrolled into it poll together: each answered at once `ready: false` with
 /// Retry-After, and the polls wake it, once; a later poll finds it ready.
@@ -199,7 +199,7 @@ async fn an_unused_variant_idles_and_a_poll_wakes_it() {
         "one wake for fifty polls: {sleep:?}"
     );
 
-    // Item 8: the series say it: two wakes (the enrollment's, counted as a poll's or as
+    // R25: the series say it: two wakes (the enrollment's, counted as a poll's or as
     // unknown by whether the first poll was written before the leader saw the new device, and
     // the fifty polls'), each with its time to ready, fifty late polls, one variant awake and
     // one idle.
@@ -224,7 +224,7 @@ async fn an_unused_variant_idles_and_a_poll_wakes_it() {
     assert_eq!(value("mutantops_sleeping_variants{state=\"Idle\"}"), 1.0);
 }
 
-/// R42, issue 36 item 4: a device that says it polls every 12 s (`Refresh-Rate`) finds its
+/// R42: a device that says it polls every 12 s (`Refresh-Rate`) finds its
 /// variant down between polls and up before the next one, started ahead without a poll; the
 /// wake is counted as `ahead`.
 #[tokio::test]
@@ -295,7 +295,7 @@ async fn a_variant_wakes_ahead_of_the_next_expected_poll() {
     );
 }
 
-/// R42, issue 36 item 5: a variant made by enrollment whose device is Gone for expireAfter is
+/// R42: a variant made by enrollment whose device is Gone for expireAfter is
 /// removed with its device's record (Event VariantExpired); a spec variant whose device is
 /// gone too is only idled. While more than half the namespace's devices went silent together
 /// (siteSilentMin 2), nothing expires and condition SiteSilent says why, until the silence is
@@ -410,11 +410,11 @@ async fn replicas_over_time(
     seen
 }
 
-/// R42, issue 36 items 6 and the audit: a device polling every 20 s; the leader is killed and
+/// R42, R30: a device polling every 20 s; the leader is killed and
 /// replaced while its variant sleeps and again while it is up. The new leaders resume from
 /// what is written: the variant goes down after keepWarm, comes up ahead of the next poll
 /// (not early, not late) and goes down when that window ends, and each start costs at most two
-/// Deployment writes and no read.
+/// Deployment writes and no read (counted in the audit log).
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_new_leader_neither_wakes_nor_idles_early() {
@@ -512,7 +512,7 @@ async fn a_new_leader_neither_wakes_nor_idles_early() {
     assert_eq!(sleep.wakes.len(), 1, "one start ahead: {sleep:?}");
 }
 
-/// R42, issue 36 item 7: inside quiet hours (here: the hour we are in, in a zone whose offset
+/// R42: inside quiet hours (here: the hour we are in, in a zone whose offset
 /// is not a whole hour, Asia/Kathmandu) a variant is Idle and says until when; a poll is
 /// answered not ready, told to come back when they end, and wakes nothing.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! R42 (issue 36 item 7): quiet hours on both daylight-saving nights, against the control
+//! R42: quiet hours on both daylight-saving nights, against the control
 //! plane: the operator runs with its wall clock set (libfaketime) half an hour or so before the
 //! next change of Europe/Berlin's offset, inside quiet hours that end after it. The variant
 //! stays idle, says when the quiet hours end, and a poll is told to come back when they end in
@@ -90,7 +90,7 @@ async fn quiet_across(prefix: &str, fake_now: Timestamp, seconds: i64) {
     );
 }
 
-/// R42, issue 36 item 7: the night that loses an hour (02:00 CET -> 03:00 CEST). At 01:30 CET
+/// R42: the night that loses an hour (02:00 CET -> 03:00 CEST). At 01:30 CET
 /// the quiet hours end at 03:30 CEST, one real hour later.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
@@ -99,7 +99,7 @@ async fn quiet_hours_across_the_night_that_loses_an_hour() {
     quiet_across("sleep-dst-spring", change - Duration::from_secs(1800), 3600).await;
 }
 
-/// R42, issue 36 item 7: the night that gains an hour (03:00 CEST -> 02:00 CET). At 01:30 CEST
+/// R42: the night that gains an hour (03:00 CEST -> 02:00 CET). At 01:30 CEST
 /// the quiet hours end at 03:30 CET, three real hours later.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]

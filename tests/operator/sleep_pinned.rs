@@ -1,4 +1,4 @@
-//! R42 (issue 36 items 1, 8): a variant written with `sleep: false` is pinned: it never idles
+//! R42, R25: a variant written with `sleep: false` is pinned: it never idles
 //! while the others of its Mutation do, and pinning an idle variant starts it again, counted
 //! as a wake by `admin`.
 
@@ -56,7 +56,7 @@ async fn admin_wakes(f: &Fixture) -> f64 {
         .expect("the admin series is registered at 0")
 }
 
-/// R42, issue 36 items 1, 2, 8: with no device at all, `lobby` idles after idleAfter while the
+/// R42, R25: with no device at all, `lobby` idles after idleAfter while the
 /// pinned `kiosk` keeps its replica, Ready, with no sleep in its status; pinning `lobby` starts
 /// it again at once (its spec instances), Ready, and the wake is counted as `admin`.
 #[tokio::test]

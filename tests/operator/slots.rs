@@ -1,4 +1,4 @@
-//! Issue 35, item 3 (R34): the API's connections are shared fairly. A token, or a client
+//! R44, R34: the API's connections are shared fairly. A token, or a client
 //! address, has at most a share of them busy: a token holder that keeps requests busy with a
 //! body sent a byte at a time used to take every connection, so that everyone else got 503
 //! while `/readyz` said 200. A host that opens connections fast used to get the oldest idle

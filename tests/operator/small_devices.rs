@@ -1,4 +1,4 @@
-//! Issue 26, item 5 (R38): an API that small devices can talk to. ESP-IDF's HTTP client keeps
+//! R38: an API that small devices can talk to. ESP-IDF's HTTP client keeps
 //! response headers in 512 bytes by default, Arduino clients that stream speak HTTP/1.0 and
 //! cannot decode chunked bodies, mbedTLS needs the certificate chain small and fails on TLS
 //! records larger than its input buffer. So: every answer of every route, errors included,
@@ -148,7 +148,7 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     let board = enrolled.json()["token"].as_str().unwrap().to_owned();
     let board = Some(board.as_str());
     let enroll_b = json!({"id": "b", "label": "shared"}).to_string();
-    // Issue 37: a Mutation whose rollout waits at a pause step, to resume and abort.
+    // R43: a Mutation whose rollout waits at a pause step, to resume and abort.
     let rolled = |image: &str| {
         let mut b = base("ro");
         b["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);

@@ -1,9 +1,9 @@
 //! A TCP proxy to the API server that can stall, as a hung API server or a network that drops
 //! packets would: it accepts connections and passes nothing on, either way. It stalls every
-//! connection ([`StallingProxy::stall_all`], issue 25, items 8 and 9) or only those open at
-//! the time, while new ones pass after a delay ([`StallingProxy::stall_open_ones`], issue 35,
-//! item 7: the long-lived watches stall, and the calls the operator makes on new connections
-//! are answered). The API server's TLS goes through it untouched.
+//! connection ([`StallingProxy::stall_all`]: the API server cut off, R34) or only those
+//! open at the time, while new ones pass after a delay ([`StallingProxy::stall_open_ones`]: a
+//! silent watch, R34; the long-lived watches stall, and the calls the operator makes on new
+//! connections are answered). The API server's TLS goes through it untouched.
 
 use std::{
     sync::{

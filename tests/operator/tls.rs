@@ -1,4 +1,4 @@
-//! Issue 16: the API over HTTPS (`MUTANT_API_TLS_CERT_FILE`, `MUTANT_API_TLS_KEY_FILE`), with
+//! R47: the API over HTTPS (`MUTANT_API_TLS_CERT_FILE`, `MUTANT_API_TLS_KEY_FILE`), with
 //! certificates from test CAs: curl and a rustls client that trust the CA get through, plain
 //! HTTP and clients trusting another CA do not, a rotated certificate is served without a
 //! restart, a handshake that never finishes is cut off like a slow request head, and the

@@ -1,4 +1,4 @@
-//! Issue 35, item 5 (R32, R36): what a Mutation's token may add in all. Defaults used to allow
+//! R32, R36: what a Mutation's token may add in all. Defaults used to allow
 //! 20 variants x 10 instances = 200 pods per Mutation with no bound on the sum, a NodePort or
 //! LoadBalancer Service for every variant a board added, and any label, so that a board's label
 //! `db` made Service `<base>-db`, answering that in-cluster name. Now the owner bounds the

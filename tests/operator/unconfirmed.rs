@@ -1,4 +1,4 @@
-//! Issue 40, item 2 (R34): a write whose outcome is unknown says so. A device's POST of a
+//! R34: a write whose outcome is unknown says so. A device's POST of a
 //! variant is cut off at its request's deadline while its write is with the API server: an
 //! admission webhook of the test's own holds that one write (the Mutation's spec with the
 //! variant, not a dry run) for longer than the deadline, then lets it through. The device is

@@ -1,4 +1,4 @@
-//! Issue 35, item 7 (R20, R34): staleness from the watch, not only from failed calls. A
+//! R20, R34: staleness from the watch, not only from failed calls. A
 //! replica whose watches stall while its other calls are answered used to keep a revoked
 //! token valid for almost five minutes (kube-runtime's idle timeout), and `/readyz` said 200.
 //! Now a watch with neither an event nor a bookmark for `MUTANT_WATCH_STALE_AFTER_SECONDS`

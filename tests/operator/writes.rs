@@ -1,4 +1,4 @@
-//! Issue 35, item 4 (R34, R26): a board that loops adding and removing its variant cannot
+//! R34, R26: a board that loops adding and removing its variant cannot
 //! spend the API server's writes. A Mutation's token has a budget of changes (2 a second, 20
 //! at once; a device's token its own), answered 429 with `Retry-After` beyond it; and the
 //! Events of a change made again and again are one Event with a series, whose count says how

@@ -14,7 +14,7 @@ fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
     h
 }
 
-// R40, issue 34 item 2: the TRMNL headers are read strictly, a refusal names the header
+// R40: the TRMNL headers are read strictly, a refusal names the header
 #[test]
 fn reported_headers_are_parsed_strictly() {
     let r = reported(&headers(&[

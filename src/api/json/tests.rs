@@ -114,7 +114,7 @@ fn a_service_request_is_the_crds_field() {
     assert!(bad_type.is_err());
     let empty: ServiceRequest = serde_json::from_str("{}").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ServiceSpec::from(empty), ServiceSpec::default());
-    // Issue 35 item 10: who may reach it, spelled as the CRD and Kubernetes spell it.
+    // R36: who may reach it, spelled as the CRD and Kubernetes spell it.
     let reach: ServiceRequest = serde_json::from_str(
         r#"{"type":"LoadBalancer","loadBalancerSourceRanges":["192.168.1.0/24"],
             "externalTrafficPolicy":"Local","ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack"}"#,

@@ -43,7 +43,7 @@ fn health_fails_from_the_first_failure_until_an_answer() {
     assert_eq!(health.unanswered_for(), None);
 }
 
-// Issue 25, item 9: a call without an answer fails at its deadline; a watch waits.
+// R34: a call without an answer fails at its deadline; a watch waits.
 #[tokio::test(start_paused = true)]
 async fn calls_that_stall_fail_at_their_deadline_and_watches_do_not() {
     let health = Health::default();
@@ -76,7 +76,7 @@ async fn calls_that_stall_fail_at_their_deadline_and_watches_do_not() {
     );
 }
 
-// Issue 25, item 8: a call its caller gives up on after a while (the Lease's own timeout)
+// R34: a call its caller gives up on after a while (the Lease's own timeout)
 // is a failure; one given up at once is not.
 #[tokio::test(start_paused = true)]
 async fn calls_given_up_on_count_as_failures() {
@@ -101,7 +101,7 @@ async fn calls_given_up_on_count_as_failures() {
     assert!(health.unanswered_for().is_some());
 }
 
-// Issue 25, items 8 and 9: an answer clears the failures; a 5xx is one; a body that stalls
+// R34: an answer clears the failures; a 5xx is one; a body that stalls
 // past the deadline fails.
 #[tokio::test(start_paused = true)]
 async fn answers_and_failures_are_recorded() {
@@ -156,7 +156,7 @@ async fn answers_and_failures_are_recorded() {
     assert!(health.unanswered_for().is_some());
 }
 
-// Issue 35, item 7: under a bound on silence, a watcher's request fails when its head, or the
+// R34: under a bound on silence, a watcher's request fails when its head, or the
 // next piece of its body, does not come within the bound; each piece gives it the bound anew.
 // Other calls keep their deadline.
 #[tokio::test(start_paused = true)]
@@ -266,7 +266,7 @@ async fn watches_fail_when_silent_for_the_bound() {
     );
 }
 
-// Issue 35, item 7: the silence is found beneath the errors the watcher wraps it in, as the
+// R34: the silence is found beneath the errors the watcher wraps it in, as the
 // watcher reports a watch's body failing (kube reads the body through an `io::Error`, whose
 // sources skip the error it wraps).
 #[test]

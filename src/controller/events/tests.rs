@@ -1,4 +1,4 @@
-//! Tests of the Events and their series (R26; issue 35, item 4).
+//! Tests of the Events and their series (R26, R34).
 
 use super::*;
 
@@ -66,7 +66,7 @@ fn an_event_regards_its_owner_and_names_itself_apart() {
     assert_eq!(other.type_.as_deref(), Some("Normal"));
 }
 
-// Issue 35, item 4: a repeat within the window counts into the series of the first
+// R26: a repeat within the window counts into the series of the first
 // Event; its count is written at most once per SERIES_EVERY; after the window a repeat is
 // a new Event; the map is bounded.
 #[test]

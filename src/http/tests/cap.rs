@@ -1,4 +1,4 @@
-//! The connection cap (issue 25, item 7; R34): idle connections make room for new ones, busy
+//! The connection cap (R34): idle connections make room for new ones, busy
 //! ones never do, and a new connection is refused only when every open one is busy.
 
 use super::*;

@@ -1,4 +1,4 @@
-//! Issue 35, item 2: a client that does not read its answer is disconnected after the write
+//! R44: a client that does not read its answer is disconnected after the write
 //! timeout, so it holds the connection and the answer's bytes only that long.
 
 use super::*;

@@ -86,7 +86,7 @@ fn answers_carry_each_edits_own_result() {
 
 #[tokio::test(start_paused = true)]
 async fn an_edit_whose_request_was_told_nothing_changed_is_left_out() {
-    // Issue 40, item 2: a request cut off before its edit was sent was answered "nothing was
+    // R34: a request cut off before its edit was sent was answered "nothing was
     // changed"; the writer must not make its change after that, and the others are applied
     // without it (the edit after it sees the Mutation as if it never came).
     let (cut, rx) = stalling_request(Duration::from_secs(1));

@@ -1,4 +1,4 @@
-//! Who may reach a variant's Service (issue 35, item 10): the owner's
+//! Who may reach a variant's Service (R36): the owner's
 //! `loadBalancerSourceRanges`, `externalTrafficPolicy`, `ipFamilies` and `ipFamilyPolicy`,
 //! checked as the API server checks a Service's ([`check_reach`]) and copied into every
 //! variant's Service ([`reach_fields`]).

@@ -1,6 +1,6 @@
-//! Tests of what a Mutation's own token may ask (R32, issue 25 items 1 and 2), of the hard
+//! Tests of what a Mutation's own token may ask (R32), of the hard
 //! maxima of every variant, of the literal env values of a Mutation and of whose a Deployment
-//! of a variant's name is (R9, issue 25 item 11).
+//! of a variant's name is (R9).
 
 use serde_json::{Value, json};
 
@@ -207,7 +207,7 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
         e.contains("env \"TITLE\"") && e.contains("4097") && e.contains("at most 4096"),
         "{e}"
     );
-    // Issue 35, item 6: the bound counts bytes, what is stored and sent: 1024 four-byte
+    // R32: the bound counts bytes, what is stored and sent: 1024 four-byte
     // characters fit, one more does not.
     let wide = "\u{1F4A1}".repeat(1024);
     assert_eq!(refusal(None, &[("TITLE", &wide)], 1), "");
@@ -217,7 +217,7 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
         e.contains("4100 bytes") && e.contains("at most 4096"),
         "{e}"
     );
-    // Issue 35, item 2: what a token's body may be follows the same bounds.
+    // R44: what a token's body may be follows the same bounds.
     assert_eq!(
         DeviceLimits::of(None).body_bytes(),
         64 * 1024 + 32 * (144 + 4096)
@@ -399,7 +399,7 @@ fn escaped_values_survive_the_kubelets_expansion() {
     assert_eq!(kubelet_expand("$(DB_PASSWORD)", &secret), "hunter2");
 }
 
-// R9, issue 25 item 11: whose a Deployment of a variant's name is.
+// R9: whose a Deployment of a variant's name is.
 #[test]
 fn a_deployment_of_the_name_is_foreign_unless_controlled_by_the_owner() {
     let o = owner();
@@ -430,7 +430,7 @@ fn a_deployment_of_the_name_is_foreign_unless_controlled_by_the_owner() {
     );
 }
 
-// Issue 25 item 11: a Mutation's name is at most 63 characters (the owner label's value).
+// R8: a Mutation's name is at most 63 characters (the owner label's value).
 #[test]
 fn mutation_names_must_fit_a_label_value() {
     assert_eq!(validate_mutation_name(&"m".repeat(63)), Ok(()));

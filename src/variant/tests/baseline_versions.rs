@@ -1,5 +1,5 @@
 //! Tests of the baseline controls that changed between versions of the Pod Security Standards
-//! (R33; issue 35, item 9): which version a namespace is held to, and each changed control
+//! (R33): which version a namespace is held to, and each changed control
 //! before and after its version (the safe sysctls, SELinux types, seccomp annotations and
 //! fields, the `host` of probes and lifecycle hooks, `procMount` in a user namespace).
 

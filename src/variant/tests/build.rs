@@ -445,7 +445,7 @@ fn handover_patch_is_guarded() {
     );
 }
 
-// Issue 37: of a Deployment's conditions only whether its rollout passed its progress
+// R43: of a Deployment's conditions only whether its rollout passed its progress
 // deadline is kept
 #[test]
 fn an_observed_deployment_says_whether_its_rollout_stalled() {

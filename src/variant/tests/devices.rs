@@ -270,7 +270,7 @@ fn heartbeats_are_written_only_when_due() {
     assert_eq!(writes, 99);
 }
 
-// R39 (issue 34, item 5): at 500 devices of the longest ids, each having reported everything
+// R39: at 500 devices of the longest ids, each having reported everything
 // and (R42) polled a sleeping variant that was not ready, the status's device list stays far
 // under the 1 MiB of an object (about 263 KiB)
 #[test]

@@ -1,4 +1,4 @@
-//! R41 (issues 34 and 35): what env a token may send, compared loosely: the grown deny-list,
+//! R41: what env a token may send, compared loosely: the grown deny-list,
 //! deny-by-default with spec.devices, env the owner allows for one container only, and names
 //! the base passes to a command line.
 
@@ -25,7 +25,7 @@ fn refusal_with_devices(access: Option<&DeviceAccess>, env: &[(&str, &str)]) -> 
     .unwrap_or_default()
 }
 
-// R41 (issue 34, item 4): the names of the hostile display are refused without spec.devices,
+// R41: the names of the hostile display are refused without spec.devices,
 // compared without case and with '-'/'.' as '_'; a valueFrom name cannot be shadowed by any
 // spelling of it
 #[test]
@@ -81,7 +81,7 @@ fn with_devices_env_is_deny_by_default() {
     assert!(refusal_with_devices(Some(&listed), &[("FEATURE_X", "on")]).contains("FEATURE_X"));
 }
 
-// R41 (issue 34, item 4): the owner may name the container a device's env goes into; such a
+// R41: the owner may name the container a device's env goes into; such a
 // value is stored in that container's own env and reaches no other container
 #[test]
 fn env_the_owner_allows_for_one_container_reaches_only_that_container() {
@@ -158,7 +158,7 @@ fn env_the_owner_allows_for_one_container_reaches_only_that_container() {
     assert!(validate_device_access(&only_nginx).is_ok());
 }
 
-// R41 (issue 35, item 1): a name the base passes to a command line as $(NAME) is refused to a
+// R41: a name the base passes to a command line as $(NAME) is refused to a
 // token unless the owner lists it, whatever else allows it
 #[test]
 fn names_on_a_command_line_are_the_owners_to_allow() {

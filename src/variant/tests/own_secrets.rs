@@ -1,4 +1,4 @@
-//! Tests of the operator's own Secrets (R33; issue 35, item 8): every way a pod template can
+//! Tests of the operator's own Secrets (R33): every way a pod template can
 //! reference a Secret is found, in the operator's namespace only, and a review refuses them
 //! whatever the namespace's labels say.
 

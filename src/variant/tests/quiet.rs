@@ -1,4 +1,4 @@
-//! R42, issue 36 item 7: quiet hours in their own time zone, both daylight-saving days right,
+//! R42: quiet hours in their own time zone, both daylight-saving days right,
 //! from the zone data in the binary.
 
 use k8s_openapi::jiff::Timestamp;
@@ -35,7 +35,7 @@ fn some(text: &str) -> Option<Timestamp> {
     Some(at(text))
 }
 
-// R42, issue 36 item 7: the spring-forward night in Europe/Berlin (2026-03-29, 02:00 CET ->
+// R42: the spring-forward night in Europe/Berlin (2026-03-29, 02:00 CET ->
 // 03:00 CEST) is an hour shorter; it still ends at 07:00 local, now 05:00Z.
 #[test]
 fn a_berlin_night_into_summer_time_ends_at_seven_local() {
@@ -78,7 +78,7 @@ fn a_berlin_night_into_summer_time_ends_at_seven_local() {
     assert_eq!(q.local(at("2026-03-29T05:00:00Z")), "07:00 Europe/Berlin");
 }
 
-// R42, issue 36 item 7: the fall-back night in Europe/Berlin (2026-10-25, 03:00 CEST ->
+// R42: the fall-back night in Europe/Berlin (2026-10-25, 03:00 CEST ->
 // 02:00 CET) is an hour longer and ends at 07:00 local, now 06:00Z.
 #[test]
 fn a_berlin_night_into_winter_time_ends_at_seven_local() {
@@ -107,7 +107,7 @@ fn a_berlin_night_into_winter_time_ends_at_seven_local() {
     assert_eq!(q.local(at("2026-10-25T21:00:00Z")), "22:00 Europe/Berlin");
 }
 
-// R42, issue 36 item 7: America/New_York on its 2026 dates, 2026-03-08 (02:00 EST -> 03:00
+// R42: America/New_York on its 2026 dates, 2026-03-08 (02:00 EST -> 03:00
 // EDT at 07:00Z) and 2026-11-01 (02:00 EDT -> 01:00 EST at 06:00Z).
 #[test]
 fn new_york_nights_on_both_daylight_saving_dates() {
@@ -155,7 +155,7 @@ fn new_york_nights_on_both_daylight_saving_dates() {
     );
 }
 
-// R42, issue 36 item 7: a period that starts on a listed day runs to its end in the next day,
+// R42: a period that starts on a listed day runs to its end in the next day,
 // listed or not, and nothing starts on a day that is not listed.
 #[test]
 fn a_friday_night_runs_into_saturday_and_saturday_starts_none() {
@@ -185,7 +185,7 @@ fn a_friday_night_runs_into_saturday_and_saturday_starts_none() {
     );
 }
 
-// R42, issue 36 item 7: office hours Monday to Friday are not quiet on a Saturday.
+// R42: office hours Monday to Friday are not quiet on a Saturday.
 #[test]
 fn weekday_hours_are_not_quiet_on_a_saturday() {
     let q = quiet(
@@ -213,7 +213,7 @@ fn weekday_hours_are_not_quiet_on_a_saturday() {
     );
 }
 
-// R42, issue 36 item 7: a `from` in the spring-forward gap (02:30 does not exist on
+// R42: a `from` in the spring-forward gap (02:30 does not exist on
 // 2026-03-29 in Europe/Berlin) moves forward by the gap, to 03:30 CEST (01:30Z), as the
 // module documents; the day before it is 02:30 CET (01:30Z too).
 #[test]
@@ -235,7 +235,7 @@ fn a_from_in_the_gap_starts_an_hour_later() {
     assert_eq!(q.local(at("2026-03-29T01:30:00Z")), "03:30 Europe/Berlin");
 }
 
-// R42, issue 36 item 7: both ends moved by the gap so that the period would end before it
+// R42: both ends moved by the gap so that the period would end before it
 // starts (02:30-03:00 on 2026-03-29 is 03:30 to 03:00): no quiet hours that day.
 #[test]
 fn a_period_emptied_by_the_gap_is_skipped() {
@@ -252,7 +252,7 @@ fn a_period_emptied_by_the_gap_is_skipped() {
     );
 }
 
-// R42, issue 36 item 7: a `to` in the fall-back fold ends at the first of the two 02:30s.
+// R42: a `to` in the fall-back fold ends at the first of the two 02:30s.
 #[test]
 fn a_to_in_the_fold_ends_at_its_first_time() {
     let q = quiet(&[], "22:00", "02:30", "Europe/Berlin");
@@ -264,7 +264,7 @@ fn a_to_in_the_fold_ends_at_its_first_time() {
     assert_eq!(end_of(&q, "2026-10-25T01:15:00Z"), None);
 }
 
-// R42, issue 36 item 7: when the gap moves one night's end (02:30 -> 03:30 CEST, 01:30Z) past
+// R42: when the gap moves one night's end (02:30 -> 03:30 CEST, 01:30Z) past
 // the next start (03:15 CEST, 01:15Z), the two periods are one run: its end is the second's,
 // and the second's start is not a start.
 #[test]
@@ -290,7 +290,7 @@ fn periods_that_touch_across_the_gap_are_one() {
     );
 }
 
-// R42, issue 36 item 7: a refusal names the field and quotes the value.
+// R42: a refusal names the field and quotes the value.
 #[test]
 fn refusals_name_the_field() {
     let refused = |s: QuietHours| match Quiet::of(&s) {
@@ -335,7 +335,7 @@ fn refusals_name_the_field() {
     );
 }
 
-// R42, issue 36 item 7: the zone's canonical name in messages, times as HH:MM.
+// R42: the zone's canonical name in messages, times as HH:MM.
 #[test]
 fn local_writes_the_zones_time_and_name() {
     let q = quiet(&[], "00:00", "23:59", "europe/berlin");

@@ -157,7 +157,7 @@ fn the_owner_status_joins_problems_and_keeps_an_unchanged_condition() {
     assert!(quiet.get("message").is_none(), "{quiet}");
 }
 
-// issue 17: the VARIANTS column lists every declared variant, in spec order, invalid ones too
+// R3: the VARIANTS column lists every declared variant, in spec order, invalid ones too
 #[test]
 fn the_owner_status_lists_the_declared_labels() {
     let variants = vec![
@@ -173,7 +173,7 @@ fn the_owner_status_lists_the_declared_labels() {
     );
 }
 
-// issue 25, item 11: an owner whose name cannot be a label value is reported, with a False
+// R8: an owner whose name cannot be a label value is reported, with a False
 // Ready condition even without variants, instead of failing to reconcile.
 #[test]
 fn an_unservable_name_is_reported_and_never_ready() {

@@ -1,4 +1,4 @@
-//! Issue 37: a base change reaching the variants in steps, decided without I/O.
+//! R43: a base change reaching the variants in steps, decided without I/O.
 
 use std::time::Duration;
 

@@ -227,7 +227,7 @@ fn the_service_spec_is_checked() {
     assert_eq!(validate_service(&udp_beside_tcp), Ok(()));
 }
 
-// R36, issue 35 item 10: who may reach the Service is copied into every variant's, as
+// R36: who may reach the Service is copied into every variant's, as
 // Kubernetes names it; left out, nothing is written (the server's defaults stay)
 #[test]
 fn source_ranges_traffic_policy_and_families_are_copied() {
@@ -268,7 +268,7 @@ fn source_ranges_traffic_policy_and_families_are_copied() {
     );
 }
 
-// Issue 35 item 10: bad source ranges, and fields for the wrong type, are refused naming the
+// R36: bad source ranges, and fields for the wrong type, are refused naming the
 // field, as the API server would refuse the Service
 #[test]
 fn source_ranges_traffic_policy_and_families_are_checked() {

@@ -1,4 +1,4 @@
-//! R42, issue 36: when a sleeping variant is up, without a cluster.
+//! R42: when a sleeping variant is up, without a cluster.
 
 use std::time::Duration;
 
@@ -74,7 +74,7 @@ fn state(s: SleepState, since: i64) -> VariantSleep {
     }
 }
 
-// R42, issue 36 item 4: a display polling every 100 s: up from warmup + margin before each
+// R42: a display polling every 100 s: up from warmup + margin before each
 // expected poll to keepWarm + margin after it, down between, and told when to look again
 #[test]
 fn a_variant_is_up_around_each_expected_poll_and_down_between() {
@@ -108,7 +108,7 @@ fn a_variant_is_up_around_each_expected_poll_and_down_between() {
     assert_eq!(at122.next, Some(Duration::from_secs(188 - 122)));
 }
 
-// R42, issue 36 item 3: a poll of an idle variant wakes it (the poll is persisted first)
+// R42: a poll of an idle variant wakes it (the poll is persisted first)
 #[test]
 fn a_poll_wakes_an_idle_variant() {
     let mut d = [device("a", 50, Some(3600), DeviceState::Online)];
@@ -162,7 +162,7 @@ fn no_known_interval_keeps_it_up_and_idle_after_counts_from_late() {
     );
 }
 
-// R42, issue 36 item 4: a device that comes late learns a margin; a poll far off is a missed
+// R42: a device that comes late learns a margin; a poll far off is a missed
 // one and does not teach an interval
 #[test]
 fn polls_teach_an_interval_and_a_margin() {
@@ -197,7 +197,7 @@ fn polls_teach_an_interval_and_a_margin() {
     assert_eq!(on_time.sleep.state, SleepState::Awake);
 }
 
-// R42, issue 36 item 4: a variant that started maxWakePerHour times in the hour stays up
+// R42: a variant that started maxWakePerHour times in the hour stays up
 #[test]
 fn a_variant_that_woke_too_often_stays_up() {
     let d = [device("a", 0, Some(100), DeviceState::Online)];
@@ -218,7 +218,7 @@ fn a_variant_that_woke_too_often_stays_up() {
     );
 }
 
-// R42, issue 36 items 5, 7: a silent site puts nothing down; quiet hours put it down and say
+// R42: a silent site puts nothing down; quiet hours put it down and say
 // until when
 #[test]
 fn site_silence_and_quiet_hours() {
@@ -245,7 +245,7 @@ fn site_silence_and_quiet_hours() {
     assert_eq!(run(&d, Some(&idle), &quiet).woke, None);
 }
 
-// R42, issue 36 item 6: the same persisted state gives the same decision, so a new leader
+// R42: the same persisted state gives the same decision, so a new leader
 // neither wakes nor idles early
 #[test]
 fn the_decision_depends_only_on_what_is_persisted() {
@@ -263,7 +263,7 @@ fn the_decision_depends_only_on_what_is_persisted() {
     );
 }
 
-// R42, issue 36 item 4: the owner is refused durations that would start a variant more often
+// R42: the owner is refused durations that would start a variant more often
 // than maxWakePerHour
 #[test]
 fn durations_that_wake_too_often_are_refused() {
@@ -290,7 +290,7 @@ fn durations_that_wake_too_often_are_refused() {
     assert!(err.is_err_and(|e| e.starts_with("spec.devices.sleep.idleAfter")));
 }
 
-// R42, issue 36 item 3: what a poll is told: nothing while the variant has a ready replica;
+// R42: what a poll is told: nothing while the variant has a ready replica;
 // else what is left of warmup since it started, warmup while it is down, 1 s without sleep
 #[test]
 fn a_poll_is_told_when_to_ask_again() {

@@ -122,7 +122,7 @@ fn ready_condition_reasons() {
         ("t1", Some(7))
     );
     assert_eq!(ready_condition(&[], None, None, None, "t1").status, "True");
-    // Issue 15: the condition agrees with the summary; a variant that is not applied (Invalid,
+    // R11: the condition agrees with the summary; a variant that is not applied (Invalid,
     // or in Conflict, e.g. with the Deployment of a deleted owner of the same name still
     // there) is not Ready, so neither is the owner.
     let c = ready_condition(

@@ -144,7 +144,7 @@ fn base_must_decode_as_a_typed_deployment() {
     assert!(parse_err(v).starts_with("deployment: invalid type: map"));
 }
 
-// R10, issue 15: a base nested deeper than MAX_BASE_DEPTH is invalid (such an object cut
+// R10, R46: a base nested deeper than MAX_BASE_DEPTH is invalid (such an object cut
 // by the client's depth guard is too), one exactly that deep is checked as usual.
 #[test]
 fn a_base_nested_too_deeply_is_invalid() {

@@ -1,4 +1,4 @@
-//! Issue 35, item 10: the ValidatingAdmissionPolicy of deploy/ (mutantops-services), as the
+//! R28: the ValidatingAdmissionPolicy of deploy/ (mutantops-services), as the
 //! bundle installs it, holds the operator's ServiceAccount, acting with a token of its own, to
 //! Services labelled as a variant's: it may create, change and delete those, and may not
 //! create, change, label or delete any other Service, although its ClusterRole would let it.

@@ -1,4 +1,4 @@
-//! Issue 35, item 10 (R36): who may reach a variant's Service. The owner's
+//! R36: who may reach a variant's Service. The owner's
 //! `loadBalancerSourceRanges`, `externalTrafficPolicy`, `ipFamilies` and `ipFamilyPolicy` reach
 //! every variant's Service (read back from the API server) and follow changes; a bad CIDR is
 //! refused naming the field, by the API server (the CRD's rule) and by the HTTP API (400).
@@ -36,7 +36,7 @@ async fn wait_reach(f: &Fixture, name: &str, expected: &Value) {
     .await;
 }
 
-/// Issue 35, item 10: a MutantDeployment's source ranges, traffic policy and IP families are on
+/// R36: a MutantDeployment's source ranges, traffic policy and IP families are on
 /// each variant's Service, and a change of them is applied to the same Service; removing them
 /// gives Kubernetes' defaults back. A bad CIDR is refused by the API server naming the entry,
 /// and nothing changes.
@@ -127,7 +127,7 @@ async fn source_ranges_traffic_policy_and_families_reach_each_service() {
     wait_reach(&f, "web-lobby", &defaults).await;
 }
 
-/// Issue 35, item 10: the HTTP API refuses a create whose source ranges hold no CIDR, or that
+/// R36, R24: the HTTP API refuses a create whose source ranges hold no CIDR, or that
 /// gives them (or a traffic policy) to a type that cannot have them, with 400 naming the
 /// field; a good one is stored as sent and its variants' Services carry it.
 #[tokio::test]
