@@ -35,7 +35,7 @@ mod targets;
 
 use batch::Batches;
 use batch::Target;
-pub use targets::{API_MANAGER, DEVICES_MANAGER, Devices, owned_metadata};
+pub use targets::{API_MANAGER, DEVICES_MANAGER, Devices, new_token, owned_metadata};
 use targets::{DevicesSecret, Listed, OfMutation, Variants};
 
 /// The field manager of the controller's writes (its status, the variants and devices its

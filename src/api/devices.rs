@@ -22,12 +22,13 @@ use super::{
     variants,
 };
 use crate::{
-    controller::secret::new_token,
     crd::{DeviceStatus, Mutation, OwnerKind, Variant, VariantService},
     http,
+    store::new_token,
     variant::{
         Owner,
         devices::{DeviceRecord, Policy, Registry, heard, rfc3339, token_hash, validate_device_id},
+        totals::may_use_label,
         validate_label,
     },
 };
@@ -170,6 +171,11 @@ pub async fn enroll(
         }
         (Some(variant), false) => {
             variants::insert(state, caller, ns, name, variant.clone()).await?;
+        }
+        // Enrolling into a variant hands the device a token for it: a label the caller could
+        // not have given a variant is not its to enroll into either.
+        (None, true) if *caller != Caller::Admin => {
+            may_use_label(m.spec.device_access.as_deref(), &label).map_err(ApiError::forbidden)?;
         }
         (None, true) => {}
     }

@@ -9,20 +9,9 @@ use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
 
 use super::context::Context;
 use crate::{
-    Error, Result,
+    Result,
     variant::{Owner, TOKEN_KEY, is_controlled_by, secret_name},
 };
-
-/// 64 lower-case hex characters from 32 bytes of the OS random source.
-pub fn new_token() -> Result<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(Error::Random)?;
-    Ok(bytes.iter().fold(String::with_capacity(64), |mut out, b| {
-        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-        out
-    }))
-}
 
 /// What became of the Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +66,7 @@ fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
         immutable: Some(true),
         data: Some(BTreeMap::from([(
             TOKEN_KEY.to_string(),
-            ByteString(new_token()?.into_bytes()),
+            ByteString(crate::store::new_token()?.into_bytes()),
         )])),
         ..Secret::default()
     })
@@ -90,8 +79,8 @@ mod tests {
     #[test]
     fn tokens_are_64_lowercase_hex_and_differ() {
         // R14
-        let a = new_token().unwrap();
-        let b = new_token().unwrap();
+        let a = crate::store::new_token().unwrap();
+        let b = crate::store::new_token().unwrap();
         assert_eq!(a.len(), 64);
         assert!(
             a.chars()

@@ -16,6 +16,9 @@ use crate::crd::{
     },
 };
 
+/// The least margin a device is given around its expected poll.
+pub const MIN_MARGIN: Duration = Duration::from_secs(2);
+
 /// What `spec.devices.sleep` says, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SleepPolicy {
@@ -186,11 +189,13 @@ pub fn retry_after(m: &Mutation, variant: &str, now: Timestamp) -> Option<u64> {
     })
 }
 
-/// How often the last poll of a device that keeps polling is written (R42): often enough that
-/// the written poll keeps its variant up (`keepWarm` after it), and no more often than a
-/// heartbeat is (`persistEvery`); at least a second.
+/// How often the last poll of a device that keeps polling is written (R42, R52): often enough
+/// that the written poll keeps its variant up (`keepWarm` after it, less the margin the
+/// leader needs to see it: [`MIN_MARGIN`]), and no more often than a heartbeat is
+/// (`persistEvery`); at least a second.
 pub fn poll_refresh(keep_warm: Duration, persist_every: Duration) -> Duration {
-    (keep_warm / 2)
+    keep_warm
+        .saturating_sub(MIN_MARGIN)
         .min(persist_every)
         .max(Duration::from_secs(1))
 }
@@ -199,8 +204,8 @@ pub fn poll_refresh(keep_warm: Duration, persist_every: Duration) -> Duration {
 /// entry `entry` (R42): what the leader decides from is what is written, so a poll is written
 /// when the entry has no poll yet, when it would wake its variant (`variant`'s status says
 /// Idle, and no poll written since it went idle asks for the wake yet), when it learnt
-/// another interval, when it tells the device to come back at another time, and when the
-/// written poll is `refresh` old. Every other poll changes no decision, and writes nothing:
+/// another interval, when it is the first to tell the device to come back (the variant waits
+/// `keepWarm` after that), and when the written poll is `refresh` old. Every other poll changes no decision, and writes nothing:
 /// a device polling ten times a second costs no more writes than one polling once.
 pub fn poll_must_persist(
     entry: Option<&DeviceStatus>,
@@ -225,11 +230,8 @@ pub fn poll_must_persist(
     if written.interval_seconds != stats.interval_seconds {
         return true;
     }
-    let retry = |p: &PollStats| p.retry_at.as_deref().and_then(at);
-    match (retry(written), retry(stats)) {
-        (None, Some(_)) => return true,
-        (Some(a), Some(b)) if (a.as_second() - b.as_second()).abs() >= 2 => return true,
-        _ => {}
+    if written.retry_at.is_none() && stats.retry_at.is_some() {
+        return true;
     }
     now.as_second().saturating_sub(last.as_second()) >= secs(refresh)
 }

@@ -76,6 +76,18 @@ pub fn may_total(
     Ok(())
 }
 
+/// Whether a token may use `label` (R32): give it to a variant it adds, or enroll a device
+/// into the variant of that label; only a label matching `spec.deviceAccess.labelPattern`.
+pub fn may_use_label(access: Option<&DeviceAccess>, label: &str) -> Result<(), String> {
+    match access.and_then(|a| a.label_pattern.as_deref()) {
+        Some(pattern) if !glob_match(pattern, label) => Err(format!(
+            "label {label:?}: a Mutation's token may use only labels matching {pattern:?} \
+             (spec.deviceAccess.labelPattern)"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Whether a token may add `variant` to a Mutation with `variants`, `access`, and a Service of
 /// its own for each variant that is `exposed` (NodePort or LoadBalancer): its label matches
 /// the owner's pattern, the instances stay within the total, and the exposed Services within
@@ -86,15 +98,7 @@ pub fn may_add(
     variant: &Variant,
     exposed: bool,
 ) -> Result<(), String> {
-    if let Some(pattern) = access.and_then(|a| a.label_pattern.as_deref())
-        && !glob_match(pattern, &variant.label)
-    {
-        return Err(format!(
-            "label {:?}: a Mutation's token may use only labels matching {pattern:?} \
-             (spec.deviceAccess.labelPattern)",
-            variant.label
-        ));
-    }
+    may_use_label(access, &variant.label)?;
     may_total(access, variants, &variant.label, variant.instances)?;
     let served = access.and_then(|a| a.service) != Some(false) && variant.service != Some(false);
     if exposed && served {

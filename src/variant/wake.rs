@@ -19,8 +19,7 @@ use super::devices::rfc3339;
 use super::sleep::{SleepPolicy, at, plus, secs};
 use crate::crd::{DeviceState, DeviceStatus, SleepState, VariantSleep, WakeCause};
 
-/// The least margin a device is given around its expected poll.
-pub const MIN_MARGIN: Duration = Duration::from_secs(2);
+pub use super::sleep::MIN_MARGIN;
 /// How long the wakes of [`VariantSleep::wakes`] are remembered.
 const HOUR: i64 = 3600;
 

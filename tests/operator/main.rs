@@ -61,6 +61,7 @@ mod slots;
 mod small_devices;
 mod stalling;
 mod steady;
+mod store;
 mod tls;
 mod totals;
 mod unconfirmed;

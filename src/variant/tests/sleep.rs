@@ -334,3 +334,103 @@ fn a_poll_is_told_when_to_ask_again() {
         "a variant not in status yet"
     );
 }
+
+/// What a poll at `now` (seconds) taught: polls every `interval`, told to come back at
+/// `retry_at` when the variant was not ready.
+fn stats(now: i64, interval: Option<u32>, retry_at: Option<i64>) -> PollStats {
+    PollStats {
+        last: rfc3339(t(now)),
+        interval_seconds: interval,
+        lateness_seconds: None,
+        retry_at: retry_at.map(|r| rfc3339(t(r))),
+    }
+}
+
+/// Variant `v` asleep (or awake) since `since`.
+fn sleeping(state_now: SleepState, since: i64) -> VariantStatus {
+    VariantStatus {
+        sleep: Some(Box::new(state(state_now, since))),
+        ..crate::crd::fixtures::variant_status("v", crate::crd::VariantState::Ready, 1)
+    }
+}
+
+// R42, R52: a poll is written only when the leader's decision needs it: the first, the one
+// that wakes an idle variant (once: a poll written since it went idle already asks), another
+// interval, the first "come back at", and a written poll refresh-old; a device polling ten
+// times a second writes nothing else
+#[test]
+fn a_poll_is_written_only_when_the_decision_needs_it() {
+    let refresh = poll_refresh(Duration::from_secs(12), Duration::from_secs(60));
+    assert_eq!(refresh, Duration::from_secs(10), "keepWarm less the margin");
+    assert_eq!(
+        poll_refresh(Duration::from_secs(90), Duration::from_secs(30)),
+        Duration::from_secs(30),
+        "never more often than a heartbeat"
+    );
+    assert_eq!(
+        poll_refresh(Duration::from_secs(1), Duration::from_secs(30)),
+        Duration::from_secs(1),
+        "at least a second"
+    );
+    let written = device("d", 100, Some(3600), DeviceState::Online);
+    let awake = sleeping(SleepState::Awake, 50);
+    let same = stats(101, Some(3600), None);
+    let must = |entry: Option<&DeviceStatus>, v: &VariantStatus, s: &PollStats, now: i64| {
+        poll_must_persist(entry, Some(v), s, t(now), refresh)
+    };
+    assert!(must(None, &awake, &same, 101), "a device not listed yet");
+    let unpolled = DeviceStatus {
+        poll: None,
+        ..written.clone()
+    };
+    assert!(must(Some(&unpolled), &awake, &same, 101), "its first poll");
+    assert!(
+        !must(Some(&written), &awake, &same, 101),
+        "a poll a second after the written one, awake: nothing to write"
+    );
+    for now in 101..110 {
+        let s = stats(now, Some(3600), None);
+        assert!(!must(Some(&written), &awake, &s, now), "{now}");
+    }
+    assert!(
+        must(Some(&written), &awake, &stats(110, Some(3600), None), 110),
+        "refresh-old: written again, to keep the variant up"
+    );
+    let idle_since_after = sleeping(SleepState::Idle, 105);
+    assert!(
+        must(
+            Some(&written),
+            &idle_since_after,
+            &stats(106, Some(3600), Some(136)),
+            106
+        ),
+        "the variant went idle after the written poll: this poll wakes it"
+    );
+    let woken = device("d", 106, Some(3600), DeviceState::Online);
+    let woken = DeviceStatus {
+        poll: Some(stats(106, Some(3600), Some(136))),
+        ..woken
+    };
+    assert!(
+        !must(
+            Some(&woken),
+            &idle_since_after,
+            &stats(107, Some(3600), Some(137)),
+            107
+        ),
+        "the wake is written already (the status not caught up yet): not again"
+    );
+    assert!(
+        must(Some(&written), &awake, &stats(101, Some(60), None), 101),
+        "another interval"
+    );
+    assert!(
+        must(
+            Some(&written),
+            &awake,
+            &stats(101, Some(3600), Some(120)),
+            101
+        ),
+        "the first time it is told to come back"
+    );
+}
