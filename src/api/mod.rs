@@ -1,18 +1,22 @@
-//! The HTTP API (R19–R24): nine routes under `/api/v1/namespaces/{ns}/mutations`, JSON in and
-//! out. The API never writes Deployments: it edits Mutations (read-modify-write on their
-//! resourceVersion) and the controller does the rest. Reads are served from the operator's
-//! caches; after a write the handler waits until the cache has caught up, so a client reads
-//! its own writes.
+//! The HTTP API (R19–R24, R39–R43): seventeen routes on ten paths under
+//! `/api/v1/namespaces/{ns}/mutations` ([`routes::ROUTES`]), JSON in and out. The API never
+//! writes Deployments: it hands edits of Mutations and their Secrets to the store (R52), and
+//! the controller does the rest. Reads are served from the operator's caches; after a write
+//! the handler waits until the cache has caught up, so a client reads its own writes.
 //!
-//! This file only routes. The rooms, lowest first (each uses only those before it; checked by
-//! tests/layers.rs): `routes` the one table of routes ([`routes::ROUTES`]), `json` the wire
-//! shapes, `auth` who calls, `budget` what a caller may cost the API server, `error` the
-//! handlers' error and its status codes, `batch` the variant edits of one Mutation written
-//! together, `namespaces` which namespaces are served, `state` what handlers share and the
-//! edit locks, `body` reading request bodies, `check` the checks with the API server before a write,
-//! `fresh` the reads and waits on the cache (across replicas too), `heartbeats` what this
-//! replica heard from devices, `registry` a Mutation's devices Secret and status list,
-//! `liveness` the heartbeats' writes, `mutations`, `variants` and `devices` the handlers.
+//! This file holds the request's way through the API: [`handle`] puts one deadline over it and
+//! holds its answer within the caller's share; `dispatch` resolves the route, the caches'
+//! readiness, the namespace, the caller, its share of requests in flight, its rights, the
+//! heartbeat, the budgets and the body limit, then calls the handler; [`serve`] runs the
+//! listener. The rooms, lowest first (each uses only those before it; checked by
+//! tests/layers.rs, and CONTRIBUTING.md's layout names each): `routes` the one table of
+//! routes, `placement` and `json` the wire shapes, `auth` who calls, `budget` what a caller
+//! may cost the API server, `error` the handlers' result, `heartbeats` what this replica heard
+//! from devices, `namespaces` which namespaces are served, `state` what handlers share,
+//! `body` reading request bodies, `check` the checks with the API server before a write,
+//! `fresh` the reads and waits on the cache (across replicas too), `registry` a Mutation's
+//! devices Secret and status list, `liveness` which heartbeats are written, and the handlers:
+//! `mutations`, `variants`, `devices`, `poll` and `rollout`.
 
 pub mod auth;
 mod body;
