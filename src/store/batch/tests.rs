@@ -164,3 +164,66 @@ fn enrollments_of_one_secret_are_applied_together_and_an_id_is_taken_once() {
         .collect();
     assert_eq!(codes, [None, None, Some(409)]);
 }
+
+/// An edit adding variant `label` with one env value of `bytes` characters.
+fn add_heavy(label: &'static str, bytes: usize) -> Change<Variants> {
+    Box::new(move |m: &Mutation| {
+        let mut variants = m.spec.variants.clone();
+        let mut v = Variant {
+            label: label.into(),
+            ..Variant::default()
+        };
+        v.env = [("BLOB".to_string(), "x".repeat(bytes))]
+            .into_iter()
+            .collect();
+        variants.push(v);
+        Ok(variants)
+    })
+}
+
+#[test]
+fn an_edit_past_the_size_bound_is_refused_alone_and_one_that_shrinks_is_taken() {
+    // R52: the bound is checked after each edit: the one that would cross it gets 413 naming
+    // it, the edits before and after it (small ones) still land.
+    let max = crate::store::targets::MAX_MUTATION_BYTES;
+    let current = fixtures::mutation("web", vec![]);
+    let (mut batch, _answers): (Vec<_>, Vec<_>) =
+        [add_heavy("a", max / 2), add_heavy("b", max / 2), add("c")]
+            .into_iter()
+            .map(|c| pending(c, overdue::claim()))
+            .unzip();
+    let (variants, results) = apply::<Variants>(fits, &current, &mut batch);
+    assert_eq!(labels(&variants), ["a", "c"]);
+    let refused = results[1]
+        .as_ref()
+        .err()
+        .map(|e| (e.0.as_u16(), e.1.clone()));
+    let (code, message) = refused.unwrap_or_else(|| panic!("{results:?}"));
+    assert_eq!(code, 413);
+    assert!(
+        message.contains(&format!("over the bound of {max} bytes")),
+        "{message}"
+    );
+
+    // Already over the bound (grown by hand): removing a variant is still taken.
+    let mut over = fixtures::mutation("web", vec![]);
+    over.spec.variants = variants;
+    let mut big = over.spec.variants[0].clone();
+    big.label = "d".into();
+    over.spec.variants.push(big);
+    let remove_a: Change<Variants> = Box::new(|m: &Mutation| {
+        Ok(m.spec
+            .variants
+            .iter()
+            .filter(|v| v.label != "a")
+            .cloned()
+            .collect())
+    });
+    let (mut batch, _answers): (Vec<_>, Vec<_>) = [remove_a]
+        .into_iter()
+        .map(|c| pending(c, overdue::claim()))
+        .unzip();
+    let (variants, results) = apply::<Variants>(fits, &over, &mut batch);
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(labels(&variants), ["c", "d"]);
+}
