@@ -50,6 +50,9 @@ pub struct Caches {
     pub mutation_services: ServiceCache,
     changes: watch::Receiver<CacheState>,
     freshness: Freshness,
+    /// How many times [`Caches::mutation`] was asked (tests count a request's look-ups).
+    #[cfg(test)]
+    pub(crate) lookups: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// How long the caches may go without the API server before they are not served from.
@@ -91,6 +94,15 @@ pub fn stale_message(cache: Cache) -> String {
 }
 
 impl Caches {
+    /// Mutation `ns/name` as cached, if it is.
+    pub fn mutation(&self, ns: &str, name: &str) -> Option<Arc<Mutation>> {
+        #[cfg(test)]
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.mutations
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+    }
+
     /// Whether the owners and Secrets have had their first full list (R26: readiness).
     pub fn ready(&self) -> bool {
         let state = self.changes.borrow();
@@ -217,6 +229,8 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
         mutation_services,
         changes,
         freshness,
+        #[cfg(test)]
+        lookups: Arc::default(),
     };
     let feeds = Feeds {
         mutant_deployments: OwnerFeeds {
@@ -294,6 +308,8 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
         mutation_services: ServiceCache::empty(),
         changes,
         freshness,
+        #[cfg(test)]
+        lookups: Arc::default(),
     };
     let writers = Writers {
         signal: Arc::new(signal),
@@ -319,6 +335,13 @@ impl Writers {
     pub fn mutation(&mut self, event: watcher::Event<Mutation>) {
         self.mutations.apply_watcher_event(&event);
         signalling(&self.signal, Cache::Owners(OwnerKind::Mutation))(&event);
+    }
+
+    /// Applies `secret` to the Secret cache, kept as the watch keeps it.
+    pub fn secret(&mut self, secret: Secret) {
+        let (kept, _) = crate::variant::CachedSecret::split(secret);
+        self.secrets
+            .apply_watcher_event(&watcher::Event::Apply(kept));
     }
 
     /// Applies `event` to the MutantDeployment cache.

@@ -378,6 +378,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "fresh",
             "registry",
             "liveness",
+            "request",
             "mutations",
             "variants",
             "devices",

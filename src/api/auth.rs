@@ -17,6 +17,7 @@ use super::routes::{Access, Action};
 use crate::{
     cache::Caches,
     config::Secret as Token,
+    crd::Mutation,
     variant::{devices::devices_secret_name, is_controlled_by, secret_name},
 };
 
@@ -188,13 +189,13 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 impl Auth {
     /// Identifies the caller of a request about namespace `namespace` and, if the route names
-    /// one, Mutation `mutation`. `None` means 401.
+    /// one, Mutation `owner` as cached (the request looked it up once). `None` means 401.
     pub fn caller(
         &self,
         headers: &HeaderMap,
         caches: &Caches,
         namespace: &str,
-        mutation: Option<&str>,
+        owner: Option<&Mutation>,
     ) -> Option<Caller> {
         let admin = match self {
             Auth::Off => return Some(Caller::Admin),
@@ -207,10 +208,8 @@ impl Auth {
         {
             return Some(Caller::Admin);
         }
-        let name = mutation?;
-        let owner = caches
-            .mutations
-            .get(&ObjectRef::new(name).within(namespace))?;
+        let owner = owner?;
+        let name = owner.metadata.name.as_deref()?;
         let uid = owner.metadata.uid.as_deref()?;
         let secret = caches
             .secrets

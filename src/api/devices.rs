@@ -98,6 +98,134 @@ fn absent(ns: &str, name: &str, id: &str) -> ApiError {
     ApiError::not_found(format!("device {id:?} not found in mutation {ns}/{name}"))
 }
 
+/// A board just enrolled: its device's record, and when.
+struct Enrolled<'a> {
+    id: &'a str,
+    label: &'a str,
+    token: &'a str,
+    record: &'a DeviceRecord,
+    now: Timestamp,
+}
+
+impl Enrolled<'_> {
+    /// Lists the board in the Mutation's status, remembers its first heartbeat, waits (a few
+    /// seconds at most) until this replica's cache has its record, and answers 201 with its
+    /// token and its variant's Service.
+    async fn listed_and_answered(
+        self,
+        state: &ApiState,
+        caller: &Caller,
+        m: Arc<Mutation>,
+    ) -> ApiResult {
+        let Enrolled {
+            id,
+            label,
+            token,
+            record,
+            now,
+        } = self;
+        let (ns, name) = (
+            m.metadata.namespace.clone().unwrap_or_default(),
+            m.metadata.name.clone().unwrap_or_default(),
+        );
+        let (ns, name) = (ns.as_str(), name.as_str());
+        let entry = record.entry(id);
+        // The token is in the Secret: a failed status write is the leader's to make good.
+        let add = move |list: &[DeviceStatus]| {
+            let mut list = list.to_vec();
+            list.retain(|d| d.id != entry.id);
+            list.push(entry.clone());
+            list
+        };
+        relist(
+            state,
+            ns,
+            name,
+            id,
+            "list the enrolled device in status",
+            add,
+        )
+        .await;
+        state
+            .heartbeats
+            .heard(ns, name, id, now, &Default::default());
+        let hash = token_hash(token);
+        wait_registry(state, ns, name, |r| {
+            r.devices.get(id).is_some_and(|d| d.hash == hash)
+        })
+        .await;
+        tracing::info!(namespace = ns, name, device = %id, variant = %label, "enrolled a device");
+        let m = fresh::cached_mutation(state, caller, ns, name).unwrap_or(m);
+        let service = service_of(&m, label);
+        Ok(http::json(
+            StatusCode::CREATED,
+            &Issued {
+                id,
+                token,
+                variant: Some(label),
+                service,
+            },
+        ))
+    }
+}
+
+/// The variant a board enrolls into: a new one of its own (`variant`) or an existing one's
+/// `label`, one of the two (400 otherwise, or for a malformed label).
+fn target_of(
+    variant: Option<VariantRequest>,
+    label: Option<String>,
+) -> Result<(String, Option<Variant>), ApiError> {
+    match (variant, label) {
+        (Some(v), None) => {
+            let v = Variant::from(v);
+            Ok((v.label.clone(), Some(v)))
+        }
+        (None, Some(label)) => {
+            validate_label(&label).map_err(ApiError::bad_request)?;
+            Ok((label, None))
+        }
+        _ => Err(ApiError::bad_request(
+            "give either variant (a new variant for this device) or label (an existing \
+             variant's)",
+        )),
+    }
+}
+
+/// Makes the board's own variant `new` (with every check of an added variant), or checks that
+/// it may join the existing variant `label` of `m`: 409 for a new variant whose label is
+/// taken, 404 for a label that is not there, 403 for a label the caller could not have given
+/// a variant (enrolling hands the board a token for it).
+async fn join_or_make(
+    state: &ApiState,
+    caller: &Caller,
+    m: &Mutation,
+    label: &str,
+    new: Option<&Variant>,
+) -> Result<(), ApiError> {
+    let (ns, name) = (
+        m.metadata.namespace.as_deref().unwrap_or_default(),
+        m.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let exists = m.spec.variants.iter().any(|v| v.label == label);
+    match (new, exists) {
+        (Some(_), true) => Err(ApiError::conflict(format!(
+            "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
+             {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
+        ))),
+        (None, false) => Err(ApiError::not_found(format!(
+            "variant {label:?} not found in mutation {ns}/{name}"
+        ))),
+        (Some(variant), false) => {
+            variants::insert(state, caller, ns, name, variant.clone()).await?;
+            Ok(())
+        }
+        (None, true) if *caller != Caller::Admin => {
+            may_use_label(m.spec.device_access.as_deref(), label).map_err(ApiError::forbidden)
+        }
+        (None, true) => Ok(()),
+    }
+}
+
 /// Whether `r` has room for device `id`: not enrolled yet, and fewer than `max` devices.
 fn room_for(r: &Registry, id: &str, ns: &str, name: &str, max: usize) -> Result<(), ApiError> {
     if r.devices.contains_key(id) {
@@ -131,22 +259,7 @@ pub async fn enroll(
     if *caller != Caller::Admin {
         policy.enrollment_open(now).map_err(ApiError::forbidden)?;
     }
-    let (label, new_variant) = match (body.variant, body.label) {
-        (Some(v), None) => {
-            let v = Variant::from(v);
-            (v.label.clone(), Some(v))
-        }
-        (None, Some(label)) => {
-            validate_label(&label).map_err(ApiError::bad_request)?;
-            (label, None)
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "give either variant (a new variant for this device) or label (an existing \
-                 variant's)",
-            ));
-        }
-    };
+    let (label, new_variant) = target_of(body.variant, body.label)?;
     let id = body.id;
     let max = policy.max_devices;
     let free = |r: &Registry| room_for(r, &id, ns, name, max);
@@ -156,29 +269,7 @@ pub async fn enroll(
     // server has it.
     free(&cached_registry(&state.caches, &m))?;
     free(&read_registry(state, &owner).await?)?;
-    let exists = m.spec.variants.iter().any(|v| v.label == label);
-    match (&new_variant, exists) {
-        (Some(_), true) => {
-            return Err(ApiError::conflict(format!(
-                "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
-                 {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
-            )));
-        }
-        (None, false) => {
-            return Err(ApiError::not_found(format!(
-                "variant {label:?} not found in mutation {ns}/{name}"
-            )));
-        }
-        (Some(variant), false) => {
-            variants::insert(state, caller, ns, name, variant.clone()).await?;
-        }
-        // Enrolling into a variant hands the device a token for it: a label the caller could
-        // not have given a variant is not its to enroll into either.
-        (None, true) if *caller != Caller::Admin => {
-            may_use_label(m.spec.device_access.as_deref(), &label).map_err(ApiError::forbidden)?;
-        }
-        (None, true) => {}
-    }
+    join_or_make(state, caller, &m, &label, new_variant.as_ref()).await?;
     let made = new_variant.is_some();
     let token = issue_token()?;
     let enrolled_at = rfc3339(now);
@@ -206,43 +297,14 @@ pub async fn enroll(
         }
         return Err(err);
     }
-    let entry = record.entry(&id);
-    // The token is in the Secret: a failed status write is the leader's to make good.
-    let add = move |list: &[DeviceStatus]| {
-        let mut list = list.to_vec();
-        list.retain(|d| d.id != entry.id);
-        list.push(entry.clone());
-        list
+    let done = Enrolled {
+        id: &id,
+        label: &label,
+        token: &token,
+        record: &record,
+        now,
     };
-    relist(
-        state,
-        ns,
-        name,
-        &id,
-        "list the enrolled device in status",
-        add,
-    )
-    .await;
-    state
-        .heartbeats
-        .heard(ns, name, &id, now, &Default::default());
-    let hash = token_hash(&token);
-    wait_registry(state, ns, name, |r| {
-        r.devices.get(&id).is_some_and(|d| d.hash == hash)
-    })
-    .await;
-    tracing::info!(namespace = ns, name, device = %id, variant = %label, "enrolled a device");
-    let m = fresh::cached_mutation(state, caller, ns, name).unwrap_or(m);
-    let service = service_of(&m, &label);
-    Ok(http::json(
-        StatusCode::CREATED,
-        &Issued {
-            id: &id,
-            token: &token,
-            variant: Some(&label),
-            service,
-        },
-    ))
+    done.listed_and_answered(state, caller, m).await
 }
 
 /// `GET .../devices` (admin): every device, as this replica knows it.

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use hyper::{HeaderMap, StatusCode};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::ObjectRef;
 
 use super::{
     auth::Caller,
@@ -101,6 +100,7 @@ fn variant_status<'a>(m: &'a Mutation, label: &str) -> Option<&'a VariantStatus>
 pub fn heard_from(
     state: &Arc<ApiState>,
     caller: &Caller,
+    m: Option<&Mutation>,
     headers: &HeaderMap,
     poll: bool,
 ) -> Result<(), ApiError> {
@@ -121,16 +121,16 @@ pub fn heard_from(
         poll: remembered,
         ..
     } = state.heartbeats.heard(ns, name, id, now, &reported);
-    let Some(m) = state.caches.mutations.get(&ObjectRef::new(name).within(ns)) else {
+    let Some(m) = m else {
         return Ok(());
     };
     let Some(Ok(policy)) = m.spec.devices.as_deref().map(Policy::of) else {
         return Ok(());
     };
-    let persisted = listed(&m).iter().find(|d| d.id == *id);
-    let sleep = if poll { sleep_policy(&m) } else { None };
+    let persisted = listed(m).iter().find(|d| d.id == *id);
+    let sleep = if poll { sleep_policy(m) } else { None };
     let poll = sleep.map(|sleep| {
-        let retry_at = retry_after(&m, variant, now)
+        let retry_at = retry_after(m, variant, now)
             .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok());
         let previous = remembered
             .as_ref()
@@ -139,7 +139,7 @@ pub fn heard_from(
         state.heartbeats.polled(ns, name, id, &stats);
         (stats, poll_refresh(sleep.keep_warm, policy.persist_every))
     });
-    let registry = cached_registry(&state.caches, &m);
+    let registry = cached_registry(&state.caches, m);
     let Some(record) = registry.devices.get(id.as_str()) else {
         return Ok(());
     };
@@ -151,10 +151,10 @@ pub fn heard_from(
         fallback: record.entry(id),
         poll,
     };
-    if !due.must_write(persisted, variant_status(&m, variant), &policy) {
+    if !due.must_write(persisted, variant_status(m, variant), &policy) {
         return Ok(());
     }
-    let writes_now = due.poll.is_some() && poll_must_persist_now(&due, persisted, &m);
+    let writes_now = due.poll.is_some() && poll_must_persist_now(&due, persisted, m);
     // A poll is written again after its own refresh period (shorter than persistEvery when
     // keepWarm is short), so that the written poll keeps its variant up.
     let every = due.poll.as_ref().map_or(policy.persist_every, |(_, r)| *r);

@@ -2,12 +2,18 @@
 //! replica's cache alone, at once; with `spec.devices.sleep`, whether its variant is ready,
 //! when to ask again, and when to poll next.
 
+use std::sync::Arc;
+
 use hyper::StatusCode;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::{
-    auth::Caller, devices::service_of, error::ApiResult, fresh, registry::listed, state::ApiState,
+    auth::Caller,
+    devices::service_of,
+    error::{ApiError, ApiResult},
+    registry::listed,
+    state::ApiState,
 };
 use crate::{
     crd::{Mutation, VariantService},
@@ -40,9 +46,18 @@ struct PollView<'a> {
 /// `Retry-After`, what is left of `warmup` since it started (`warmup` while it has not). With
 /// sleep, `refreshSeconds` says when to poll next: inside quiet hours, when they end; else the
 /// device's own interval when known.
-pub async fn poll(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = fresh::cached_mutation(state, caller, ns, name)?;
-    let Caller::Device { variant, id, .. } = caller else {
+pub async fn poll(state: &ApiState, caller: &Caller, m: Option<Arc<Mutation>>) -> ApiResult {
+    // The request's own look-up of the Mutation: its caller is this Mutation's device.
+    let Some(m) = m else {
+        return Err(ApiError::unauthorized());
+    };
+    let Caller::Device {
+        variant,
+        id,
+        namespace: ns,
+        name,
+    } = caller
+    else {
         return Err(super::error::ApiError::forbidden(
             "only a device's own token polls",
         ));
