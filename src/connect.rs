@@ -370,8 +370,8 @@ impl TokenFile {
     }
 }
 
-pub mod depth;
-pub mod health;
+pub(crate) mod depth;
+pub(crate) mod health;
 mod tls;
 
 use health::HealthLayer;

@@ -9,19 +9,19 @@
 //! `serde_json::Value` tree: every owner is cached, and the tree costs several times the text.
 
 mod argo;
-pub mod compact;
-pub mod devices;
+pub(crate) mod compact;
+pub(crate) mod devices;
 mod embedded;
 #[cfg(test)]
 pub(crate) mod fixtures;
-pub mod limits;
+pub(crate) mod limits;
 mod owner;
 mod packed;
 mod placement;
 mod print;
-pub mod rollout;
+pub(crate) mod rollout;
 mod service;
-pub mod sleep;
+pub(crate) mod sleep;
 mod spec;
 mod strmap;
 

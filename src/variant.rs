@@ -38,14 +38,14 @@
 //! `baseline` (what changed between versions in `policy`) and the decision on them in
 //! `pod_security`, all re-exported below.
 
-pub mod access;
+pub(crate) mod access;
 mod baseline;
 mod build;
 mod cmdline;
-pub mod commands;
-pub mod converge;
-pub mod departure;
-pub mod devices;
+pub(crate) mod commands;
+pub(crate) mod converge;
+pub(crate) mod departure;
+pub(crate) mod devices;
 mod meta;
 mod names;
 mod observed;
@@ -54,19 +54,19 @@ mod owner;
 pub(crate) mod placement;
 mod pod_security;
 mod policy;
-pub mod quiet;
+pub(crate) mod quiet;
 mod refusal;
 mod registry;
 mod report;
-pub mod rollout;
+pub(crate) mod rollout;
 mod secret;
 mod service;
-pub mod sleep;
+pub(crate) mod sleep;
 mod status;
 mod step;
-pub mod totals;
+pub(crate) mod totals;
 mod validate;
-pub mod wake;
+pub(crate) mod wake;
 
 #[cfg(test)]
 mod tests;

@@ -30,13 +30,13 @@ mod heartbeats;
 mod json;
 mod liveness;
 mod mutations;
-pub mod namespaces;
+pub(crate) mod namespaces;
 mod placement;
 mod poll;
 mod registry;
 mod request;
 mod rollout;
-pub mod routes;
+pub(crate) mod routes;
 mod state;
 mod variants;
 

@@ -7,9 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::jiff::Timestamp;
 
-pub use super::registry::{
-    DEVICE_KEY_PREFIX, DeviceRecord, MADE_KEY, Registry, devices_secret_name, token_hash,
-};
+pub use super::registry::{DeviceRecord, Registry, devices_secret_name, token_hash};
 
 use crate::crd::{
     DeviceState, DeviceStatus, DeviceSummary, DevicesSpec, Enrollment, Reported,

@@ -51,6 +51,7 @@ pub const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 const MAX_QUOTED: usize = 64;
 /// How many days [`Quiet::next_start`] looks ahead: a week, and the days either side of it
 /// that a move across a gap could reach.
+#[cfg(test)]
 const LOOK_AHEAD: usize = 10;
 
 /// Quiet hours, checked, with the time zone they are in.
@@ -127,6 +128,7 @@ impl Quiet {
     /// The next instant quiet hours start, strictly after `now`; inside quiet hours, the start
     /// after the present ones. None only when no listed day within a week has a period (which
     /// a checked spec cannot say) or at the end of the representable time.
+    #[cfg(test)]
     pub fn next_start(&self, now: Timestamp) -> Option<Timestamp> {
         let mut day = self.zone.to_datetime(now).date().yesterday().ok()?;
         for _ in 0..LOOK_AHEAD {
@@ -144,11 +146,6 @@ impl Quiet {
     pub fn local(&self, t: Timestamp) -> String {
         let at = self.zone.to_datetime(t);
         format!("{:02}:{:02} {}", at.hour(), at.minute(), self.name)
-    }
-
-    /// The zone's canonical name, e.g. "Europe/Berlin".
-    pub fn zone_name(&self) -> &str {
-        &self.name
     }
 
     /// The period that starts on local date `day`: None when `day` is not listed, when the
@@ -187,6 +184,7 @@ impl Quiet {
 
     /// Whether `start`, the start of the period of `day`, lies inside the period before it,
     /// so that quiet hours do not start there but go on.
+    #[cfg(test)]
     fn covered(&self, day: Date, start: Timestamp) -> bool {
         day.yesterday()
             .ok()

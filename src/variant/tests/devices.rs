@@ -6,6 +6,7 @@ use k8s_openapi::{ByteString, jiff::Timestamp};
 
 use crate::crd::{DeviceState, DeviceStatus, DevicesSpec, Enrollment, Reported};
 use crate::variant::devices::*;
+use crate::variant::registry::MADE_KEY;
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"))
