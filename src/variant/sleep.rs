@@ -224,7 +224,9 @@ pub fn poll_must_persist(
         .and_then(|v| v.sleep.as_deref())
         .filter(|s| s.state == SleepState::Idle)
         .and_then(|s| at(&s.since));
-    if idle_since.is_some_and(|since| last <= since) {
+    // A poll written at or after the time it went idle (times have whole seconds) asks for
+    // the wake already: the leader that idled it had not seen it, and sees it next.
+    if idle_since.is_some_and(|since| last < since) {
         return true;
     }
     if written.interval_seconds != stats.interval_seconds {

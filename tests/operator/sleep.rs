@@ -42,7 +42,7 @@ async fn ready(f: &Fixture, label: &str) {
 }
 
 /// A poll of device `id` with `token` and extra headers.
-async fn poll(
+pub(super) async fn poll(
     f: &Fixture,
     name: &str,
     id: &str,

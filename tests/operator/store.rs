@@ -10,6 +10,7 @@ use mutantops::crd::{SleepState, VariantState};
 
 use super::audit::{audit_events, audit_log, log_size};
 use super::devices::{create, enroll, enrolled};
+use super::sleep::poll;
 use super::*;
 
 /// Sixteen env entries of 8,000 characters each: about 128 KB of a variant.
@@ -176,16 +177,7 @@ async fn enrollment_into_an_existing_label_keeps_to_the_label_pattern() {
 
 /// A poll of device `id` of Mutation `m` with `token`, saying it polls every hour.
 async fn poll_hourly(f: &Fixture, id: &str, token: &str) -> common::http::Reply {
-    let path = format!(
-        "/api/v1/namespaces/{}/mutations/m/devices/{id}/poll",
-        f.ns.name
-    );
-    common::http::Request {
-        headers: &[("Refresh-Rate", "3600")],
-        ..common::http::Request::new("GET", &path, Some(token), None)
-    }
-    .send(f.operator.api_port)
-    .await
+    poll(f, "m", id, token, &[("Refresh-Rate", "3600")]).await
 }
 
 /// R42, R52: a device polling its idle variant ten times a second for ten seconds wakes it,

@@ -420,6 +420,16 @@ fn a_poll_is_written_only_when_the_decision_needs_it() {
         ),
         "the wake is written already (the status not caught up yet): not again"
     );
+    let idle_same_second = sleeping(SleepState::Idle, 100);
+    assert!(
+        !must(
+            Some(&written),
+            &idle_same_second,
+            &stats(101, Some(3600), None),
+            101
+        ),
+        "a poll written in the second it went idle asks for the wake already"
+    );
     assert!(
         must(Some(&written), &awake, &stats(101, Some(60), None), 101),
         "another interval"
