@@ -382,6 +382,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "mutations",
             "variants",
             "devices",
+            "enroll",
             "poll",
             "rollout",
         ],

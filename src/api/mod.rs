@@ -17,13 +17,14 @@
 //! `fresh` the reads and waits on the cache (across replicas too), `registry` a Mutation's
 //! devices Secret and status list, `liveness` which heartbeats are written, `request` the
 //! request resolved once (route, names, cached Mutation, caller) and its gates, and the handlers:
-//! `mutations`, `variants`, `devices`, `poll` and `rollout`.
+//! `mutations`, `variants`, `devices`, `enroll`, `poll` and `rollout`.
 
 pub mod auth;
 mod body;
 mod budget;
 mod check;
 mod devices;
+mod enroll;
 mod error;
 mod fresh;
 mod heartbeats;
@@ -177,7 +178,7 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
         Action::EnrollDevice => {
             let request = body.json(state).await?;
             charge(state, caller)?;
-            devices::enroll(state, caller, ns, name, request).await
+            enroll::enroll(state, caller, ns, name, request).await
         }
         Action::ListDevices => devices::list(state, caller, ns, name).await,
         Action::GetDevice => devices::get(state, caller, ns, name, id).await,

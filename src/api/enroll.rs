@@ -1,0 +1,253 @@
+//! Enrolling a board (R39): `POST .../devices` with an id and either a variant of its own or
+//! an existing variant's label; the device's token is answered this once, its hash kept in the
+//! devices Secret, the device listed in the Mutation's status.
+
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+
+use super::{
+    auth::Caller,
+    devices::{Issued, begin, issue_token, relist, service_of},
+    error::{ApiError, ApiResult},
+    fresh,
+    json::VariantRequest,
+    registry::{cached_registry, edit_registry, read_registry, wait_registry},
+    state::ApiState,
+    variants,
+};
+use crate::{
+    crd::{DeviceStatus, Mutation, Variant},
+    http,
+    variant::{
+        devices::{DeviceRecord, Registry, rfc3339, token_hash, validate_device_id},
+        totals::may_use_label,
+        validate_label,
+    },
+};
+
+/// `POST .../devices`: a device's id and either a variant of its own, made with the device
+/// bounds, or the label of an existing variant, which enrolling does not change.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollRequest {
+    /// The device's id.
+    pub id: String,
+    /// A new variant for it.
+    #[serde(default)]
+    pub variant: Option<VariantRequest>,
+    /// The label of an existing variant.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// `POST .../devices` (the admin, or the Mutation's token while enrollment is open): 201
+/// `{id, token, variant, service}`; 400 for a bad id or variant, 403 when enrollment is closed
+/// or full or the variant asks what the device bounds refuse, 404 for an unknown label, 409
+/// when the id or a new variant's label is taken or the Mutation has no `spec.devices`.
+pub async fn enroll(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    body: EnrollRequest,
+) -> ApiResult {
+    let (m, policy, owner) = begin(state, caller, ns, name).await?;
+    validate_device_id(&body.id).map_err(ApiError::bad_request)?;
+    let now = Timestamp::now();
+    if *caller != Caller::Admin {
+        policy.enrollment_open(now).map_err(ApiError::forbidden)?;
+    }
+    let (label, new_variant) = target_of(body.variant, body.label)?;
+    let id = body.id;
+    let max = policy.max_devices;
+    let free = |r: &Registry| room_for(r, &id, ns, name, max);
+    // Checked before anything is written, so that a refused enrollment changes nothing: first
+    // on this replica's cache, so that one refused there costs the API server nothing (the
+    // enrollment key is shared by every board not enrolled yet), then on the Secret as the API
+    // server has it.
+    free(&cached_registry(&state.caches, &m))?;
+    free(&read_registry(state, &owner).await?)?;
+    join_or_make(state, caller, &m, &label, new_variant.as_ref()).await?;
+    let made = new_variant.is_some();
+    let token = issue_token()?;
+    let enrolled_at = rfc3339(now);
+    let record = DeviceRecord {
+        hash: token_hash(&token),
+        variant: label.clone(),
+        enrolled_at: enrolled_at.clone(),
+    };
+    let enrolled = {
+        let (id, record, label) = (id.clone(), record.clone(), label.clone());
+        let (ns, name) = (ns.to_string(), name.to_string());
+        move |r: &mut Registry| {
+            room_for(r, &id, &ns, &name, max)?;
+            r.devices.insert(id.clone(), record.clone());
+            if made {
+                r.made.insert(label.clone());
+            }
+            Ok(())
+        }
+    };
+    let written = edit_registry(state, &owner, enrolled).await;
+    if let Err(err) = written {
+        if made && let Err(undo) = variants::remove_if_there(state, ns, name, &label).await {
+            tracing::warn!(namespace = ns, name, variant = %label, error = %undo.1, "could not remove the variant of a failed enrollment");
+        }
+        return Err(err);
+    }
+    let done = Enrolled {
+        id: &id,
+        label: &label,
+        token: &token,
+        record: &record,
+        now,
+    };
+    done.listed_and_answered(state, caller, m).await
+}
+
+/// A board just enrolled: its device's record, and when.
+struct Enrolled<'a> {
+    id: &'a str,
+    label: &'a str,
+    token: &'a str,
+    record: &'a DeviceRecord,
+    now: Timestamp,
+}
+
+impl Enrolled<'_> {
+    /// Lists the board in the Mutation's status, remembers its first heartbeat, waits (a few
+    /// seconds at most) until this replica's cache has its record, and answers 201 with its
+    /// token and its variant's Service.
+    async fn listed_and_answered(
+        self,
+        state: &ApiState,
+        caller: &Caller,
+        m: Arc<Mutation>,
+    ) -> ApiResult {
+        let Enrolled {
+            id,
+            label,
+            token,
+            record,
+            now,
+        } = self;
+        let (ns, name) = (
+            m.metadata.namespace.clone().unwrap_or_default(),
+            m.metadata.name.clone().unwrap_or_default(),
+        );
+        let (ns, name) = (ns.as_str(), name.as_str());
+        let entry = record.entry(id);
+        // The token is in the Secret: a failed status write is the leader's to make good.
+        let add = move |list: &[DeviceStatus]| {
+            let mut list = list.to_vec();
+            list.retain(|d| d.id != entry.id);
+            list.push(entry.clone());
+            list
+        };
+        relist(
+            state,
+            ns,
+            name,
+            id,
+            "list the enrolled device in status",
+            add,
+        )
+        .await;
+        state
+            .heartbeats
+            .heard(ns, name, id, now, &Default::default());
+        let hash = token_hash(token);
+        wait_registry(state, ns, name, |r| {
+            r.devices.get(id).is_some_and(|d| d.hash == hash)
+        })
+        .await;
+        tracing::info!(namespace = ns, name, device = %id, variant = %label, "enrolled a device");
+        let m = fresh::cached_mutation(state, caller, ns, name).unwrap_or(m);
+        let service = service_of(&m, label);
+        Ok(http::json(
+            StatusCode::CREATED,
+            &Issued {
+                id,
+                token,
+                variant: Some(label),
+                service,
+            },
+        ))
+    }
+}
+
+/// The variant a board enrolls into: a new one of its own (`variant`) or an existing one's
+/// `label`, one of the two (400 otherwise, or for a malformed label).
+fn target_of(
+    variant: Option<VariantRequest>,
+    label: Option<String>,
+) -> Result<(String, Option<Variant>), ApiError> {
+    match (variant, label) {
+        (Some(v), None) => {
+            let v = Variant::from(v);
+            Ok((v.label.clone(), Some(v)))
+        }
+        (None, Some(label)) => {
+            validate_label(&label).map_err(ApiError::bad_request)?;
+            Ok((label, None))
+        }
+        _ => Err(ApiError::bad_request(
+            "give either variant (a new variant for this device) or label (an existing \
+             variant's)",
+        )),
+    }
+}
+
+/// Makes the board's own variant `new` (with every check of an added variant), or checks that
+/// it may join the existing variant `label` of `m`: 409 for a new variant whose label is
+/// taken, 404 for a label that is not there, 403 for a label the caller could not have given
+/// a variant (enrolling hands the board a token for it).
+async fn join_or_make(
+    state: &ApiState,
+    caller: &Caller,
+    m: &Mutation,
+    label: &str,
+    new: Option<&Variant>,
+) -> Result<(), ApiError> {
+    let (ns, name) = (
+        m.metadata.namespace.as_deref().unwrap_or_default(),
+        m.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let exists = m.spec.variants.iter().any(|v| v.label == label);
+    match (new, exists) {
+        (Some(_), true) => Err(ApiError::conflict(format!(
+            "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
+             {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
+        ))),
+        (None, false) => Err(ApiError::not_found(format!(
+            "variant {label:?} not found in mutation {ns}/{name}"
+        ))),
+        (Some(variant), false) => {
+            variants::insert(state, caller, ns, name, variant.clone()).await?;
+            Ok(())
+        }
+        (None, true) if *caller != Caller::Admin => {
+            may_use_label(m.spec.device_access.as_deref(), label).map_err(ApiError::forbidden)
+        }
+        (None, true) => Ok(()),
+    }
+}
+
+/// Whether `r` has room for device `id`: not enrolled yet, and fewer than `max` devices.
+fn room_for(r: &Registry, id: &str, ns: &str, name: &str, max: usize) -> Result<(), ApiError> {
+    if r.devices.contains_key(id) {
+        return Err(ApiError::conflict(format!(
+            "device {id:?} is already enrolled in mutation {ns}/{name}"
+        )));
+    }
+    if r.devices.len() >= max {
+        return Err(ApiError::forbidden(format!(
+            "mutation {ns}/{name} has {} devices, its maxDevices: no more enroll",
+            r.devices.len()
+        )));
+    }
+    Ok(())
+}
