@@ -4,14 +4,19 @@
 //! (the word "issue" or "issues", any case, then whitespace and a digit, also where a comment
 //! wraps between the two) in src/, tests/, scripts/, deploy/, docs/, README.md,
 //! CONTRIBUTING.md, BENCHMARKS.md and Cargo.toml, naming each file and line. Needs no
-//! cluster and nothing but std.
+//! cluster.
 //!
 //! That every R-code cited is defined in docs/requirements.md is checked by tests/docs.rs.
 //!
 //! The word is put together at run time, so that this file does not cite what it looks for.
 #![allow(clippy::unwrap_used, reason = "a failed step must fail the test")]
 
-use std::path::{Path, PathBuf};
+#[path = "common/files.rs"]
+mod files;
+
+use std::path::Path;
+
+use files::{files_under, repo};
 
 /// The folders read, every file under them.
 const DIRS: [&str; 5] = ["src", "tests", "scripts", "deploy", "docs"];
@@ -28,15 +33,12 @@ fn word() -> String {
     ["iss", "ue"].concat()
 }
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 #[test]
 fn nothing_cites_an_issue_by_number() {
     let mut files = Vec::new();
     for dir in DIRS {
-        files_under(&repo().join(dir), &mut files);
+        let cached = |p: &Path| !p.components().any(|c| c.as_os_str() == "__pycache__");
+        files.extend(files_under(&repo().join(dir), &cached));
     }
     files.extend(FILES.iter().map(|f| repo().join(f)));
     assert!(files.len() >= 100, "too few files found: {}", files.len());
@@ -58,24 +60,6 @@ fn nothing_cites_an_issue_by_number() {
         problems.len(),
         problems.join("\n  ")
     );
-}
-
-/// Every file under `dir`, recursively, but Python's byte-code caches.
-fn files_under(dir: &Path, files: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            if path.file_name().is_some_and(|n| n != "__pycache__") {
-                files_under(&path, files);
-            }
-        } else {
-            files.push(path);
-        }
-    }
 }
 
 /// The citations in `text`: the line each starts on (from 1) and what it says, up to its

@@ -3,7 +3,10 @@
 //! part of `common`), so the tests that need only this include only this.
 #![allow(dead_code, reason = "each test that includes this uses part of it")]
 
-use std::{collections::BTreeSet, path::PathBuf};
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+};
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
@@ -15,6 +18,24 @@ pub fn repo() -> PathBuf {
 pub fn read(path: &str) -> String {
     let path = repo().join(path);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every file under `dir` (recursively, sorted) that `keep` keeps.
+pub fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            files.extend(files_under(&path, keep));
+        } else if keep(&path) {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// The operator's exposition (OpenMetrics), as the library renders it, with a Mutation of one
