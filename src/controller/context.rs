@@ -13,8 +13,11 @@ use tokio::sync::watch;
 use super::{announce, events};
 use crate::{
     cache::Caches,
-    crd::{OwnerResource, OwnerStatus},
+    crd::{DeviceStatus, Mutation, OwnerResource, OwnerStatus, Variant},
+    http::ApiError,
     metrics::Metrics,
+    store::{CONTROLLER_CALL_LIMIT, OPERATOR_MANAGER},
+    variant::Owner,
     variant::{CachedSecret, PodSecurity},
 };
 
@@ -89,7 +92,49 @@ impl RevisionMemory {
     }
 }
 
+/// A store edit's outcome for the controller: a Mutation deleted meanwhile (404) is `None`.
+fn unless_gone(edited: Result<Mutation, ApiError>) -> crate::Result<Option<Mutation>> {
+    match edited {
+        Ok(m) => Ok(Some(m)),
+        Err(err) if err.0 == hyper::StatusCode::NOT_FOUND => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
 impl Context {
+    /// Edits `owner`'s device list through the store, each call within the controller's limit:
+    /// the Mutation as written, or `None` when it was deleted meanwhile (nothing to edit).
+    pub(super) async fn edit_devices<F>(
+        &self,
+        owner: &Owner,
+        change: F,
+    ) -> crate::Result<Option<Mutation>>
+    where
+        F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
+    {
+        let edit =
+            self.store
+                .edit_devices(&owner.namespace, &owner.name, CONTROLLER_CALL_LIMIT, change);
+        unless_gone(edit.await)
+    }
+
+    /// Edits `owner`'s variants through the store under the controller's field manager, as
+    /// [`Context::edit_devices`] edits its devices.
+    pub(super) async fn edit_variants<F>(
+        &self,
+        owner: &Owner,
+        change: F,
+    ) -> crate::Result<Option<Mutation>>
+    where
+        F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
+    {
+        let (ns, name) = (&owner.namespace, &owner.name);
+        let edit =
+            self.store
+                .edit_variants(ns, name, OPERATOR_MANAGER, CONTROLLER_CALL_LIMIT, change);
+        unless_gone(edit.await)
+    }
+
     /// The status to reconcile `obj` from: its cached one, or the one this replica last
     /// wrote while the cache does not have it yet ([`WrittenStatuses`]).
     pub(super) fn previous<K: OwnerResource>(&self, uid: &str, obj: &K) -> OwnerStatus {

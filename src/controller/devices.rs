@@ -13,7 +13,6 @@ use super::context::Context;
 use crate::{
     Result,
     crd::OwnerStatus,
-    store::CONTROLLER_CALL_LIMIT,
     variant::{
         Owner,
         devices::{Policy, Registry, devices_secret_name, next_change, summary, sync},
@@ -49,23 +48,14 @@ pub async fn converge(
     let mut wait = next_change(&wanted, now, policy);
     if wanted != listed || previous.device_summary.as_deref() != Some(&summary(&wanted)) {
         let owned = policy.clone();
-        let written = ctx.store.edit_devices(
-            &owner.namespace,
-            &owner.name,
-            CONTROLLER_CALL_LIMIT,
-            move |m| {
-                let current = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
-                Ok(sync(current, &registry, Timestamp::now(), &owned))
-            },
-        );
-        match written.await {
-            Ok(m) => {
-                let devices = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
-                wait = next_change(devices, Timestamp::now(), policy);
-                tracing::debug!(namespace = %owner.namespace, name = %owner.name, devices = devices.len(), "wrote the device list");
-            }
-            Err(err) if err.0 == hyper::StatusCode::NOT_FOUND => {}
-            Err(err) => return Err(err.into()),
+        let written = ctx.edit_devices(owner, move |m| {
+            let current = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+            Ok(sync(current, &registry, Timestamp::now(), &owned))
+        });
+        if let Some(m) = written.await? {
+            let devices = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+            wait = next_change(devices, Timestamp::now(), policy);
+            tracing::debug!(namespace = %owner.namespace, name = %owner.name, devices = devices.len(), "wrote the device list");
         }
     }
     Ok(wait)

@@ -24,7 +24,7 @@ use crate::{
         Condition, DeviceStatus, OwnerResource, OwnerStatus, SleepState, Variant, VariantState,
         VariantStatus, WakeCause,
     },
-    store::{CONTROLLER_CALL_LIMIT, OPERATOR_MANAGER},
+    store::CONTROLLER_CALL_LIMIT,
     variant::{
         Owner,
         departure::{expiring, site_silent},
@@ -278,36 +278,24 @@ pub async fn expire<K: OwnerResource>(
 /// meanwhile has nothing to remove).
 async fn remove_variant(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
     let label = label.to_owned();
-    let removed = ctx.store.edit_variants(
-        &owner.namespace,
-        &owner.name,
-        OPERATOR_MANAGER,
-        CONTROLLER_CALL_LIMIT,
-        move |m| {
-            let variants = m.spec.variants.iter().filter(|v| v.label != label);
-            Ok(variants.cloned().collect())
-        },
-    );
-    gone_is_done(removed.await)
+    ctx.edit_variants(owner, move |m| {
+        let variants = m.spec.variants.iter().filter(|v| v.label != label);
+        Ok(variants.cloned().collect())
+    })
+    .await?;
+    Ok(())
 }
 
 /// Drops the status entries of the devices of variant `label`, through the store.
 async fn unlist_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
     let label = label.to_owned();
-    let unlisted = ctx.store.edit_devices(
-        &owner.namespace,
-        &owner.name,
-        CONTROLLER_CALL_LIMIT,
-        move |m| {
-            let listed = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
-            Ok(listed
-                .iter()
-                .filter(|d| d.variant != label)
-                .cloned()
-                .collect())
-        },
-    );
-    gone_is_done(unlisted.await)
+    ctx.edit_devices(owner, move |m| {
+        let listed = m.status.as_ref().map_or(&[][..], |s| &s.devices[..]);
+        let kept = listed.iter().filter(|d| d.variant != label);
+        Ok(kept.cloned().collect())
+    })
+    .await?;
+    Ok(())
 }
 
 /// Drops the records of variant `label`'s devices, and the label from the made ones, from
@@ -327,15 +315,6 @@ async fn forget_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()>
         Ok(_) => Ok(()),
         // Not the owner's (409): nothing of it is the operator's to change.
         Err(err) if err.0 == hyper::StatusCode::CONFLICT => Ok(()),
-        Err(err) => Err(err.into()),
-    }
-}
-
-/// An edit's outcome for the controller: a Mutation deleted meanwhile (404) left nothing to do.
-fn gone_is_done<T>(edited: std::result::Result<T, crate::http::ApiError>) -> Result<()> {
-    match edited {
-        Ok(_) => Ok(()),
-        Err(err) if err.0 == hyper::StatusCode::NOT_FOUND => Ok(()),
         Err(err) => Err(err.into()),
     }
 }
