@@ -38,19 +38,44 @@ pub const MAX_MUTATION_BYTES: usize = 512 * 1024;
 /// The size of `m` as the API server stores it (JSON), or `usize::MAX` when it cannot be
 /// serialized.
 pub fn mutation_bytes(m: &Mutation) -> usize {
-    serde_json::to_vec(m).map_or(usize::MAX, |v| v.len())
+    let mut counted = Counted(0);
+    serde_json::to_writer(&mut counted, m).map_or(usize::MAX, |()| counted.0)
+}
+
+/// A writer that only counts what it is given: a Mutation is measured after every edit, and
+/// its JSON (up to [`MAX_MUTATION_BYTES`]) need not be kept to be counted.
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(bytes.len());
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Whether the edit from `before` to `after` keeps Mutation `what` within
 /// [`MAX_MUTATION_BYTES`]: refused (413, naming the bound) when it grows it past the bound.
 pub fn mutation_fits(what: &str, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
-    mutation_within(what, after, mutation_bytes(before))
+    let size = mutation_bytes(after);
+    if size <= MAX_MUTATION_BYTES {
+        return Ok(());
+    }
+    // Only an edit that ends over the bound is measured against what it was.
+    within(what, size, mutation_bytes(before))
 }
 
 /// Whether Mutation `what`, `m`, is within [`MAX_MUTATION_BYTES`] or no larger than `was`
 /// bytes (what it was before the change): else 413, naming the bound.
 pub fn mutation_within(what: &str, m: &Mutation, was: usize) -> Result<(), ApiError> {
-    let size = mutation_bytes(m);
+    within(what, mutation_bytes(m), was)
+}
+
+/// Whether a Mutation of `size` bytes, `was` bytes before the change, is within the bound.
+fn within(what: &str, size: usize, was: usize) -> Result<(), ApiError> {
     if size <= MAX_MUTATION_BYTES || size <= was {
         return Ok(());
     }
