@@ -11,7 +11,7 @@ use super::{
     auth::Caller,
     error::ApiError,
     heartbeats::{Beat, reported},
-    registry::{cached_registry, listed},
+    registry::{cached_record, listed},
     state::ApiState,
 };
 use crate::{
@@ -139,8 +139,7 @@ pub fn heard_from(
         state.heartbeats.polled(ns, name, id, &stats);
         (stats, poll_refresh(sleep.keep_warm, policy.persist_every))
     });
-    let registry = cached_registry(&state.caches, m);
-    let Some(record) = registry.devices.get(id.as_str()) else {
+    let Some(record) = cached_record(&state.caches, m, id) else {
         return Ok(());
     };
     let due = Due {
@@ -195,7 +194,7 @@ async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due) {
                 return Ok(listed(m).to_vec());
             };
             // A device removed meanwhile is not listed again by its last request.
-            if !cached_registry(&caches, m).devices.contains_key(&due.id) {
+            if cached_record(&caches, m, &due.id).is_none() {
                 return Ok(listed(m).to_vec());
             }
             Ok(due.apply(m, &policy).unwrap_or_else(|| listed(m).to_vec()))

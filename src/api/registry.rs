@@ -12,7 +12,7 @@ use crate::{
     crd::{DeviceStatus, Mutation},
     variant::{
         Owner,
-        devices::{Registry, devices_secret_name},
+        devices::{DeviceRecord, Registry, devices_secret_name},
         is_controlled_by,
     },
 };
@@ -28,19 +28,32 @@ pub(super) fn listed(m: &Mutation) -> &[DeviceStatus] {
 /// The registry of `m`'s devices Secret in this replica's cache (empty when there is none, or
 /// it is not `m`'s).
 pub(super) fn cached_registry(caches: &Caches, m: &Mutation) -> Registry {
-    let (Some(ns), Some(name), Some(uid)) = (
-        m.metadata.namespace.as_deref(),
-        m.metadata.name.as_deref(),
-        m.metadata.uid.as_deref(),
-    ) else {
-        return Registry::default();
-    };
-    caches
+    cached_devices(caches, m, Registry::clone).unwrap_or_default()
+}
+
+/// Device `id`'s record in the registry of `m`'s devices Secret in this replica's cache: one
+/// record, without a copy of the whole registry (a heartbeat needs no more).
+pub(super) fn cached_record(caches: &Caches, m: &Mutation, id: &str) -> Option<DeviceRecord> {
+    cached_devices(caches, m, |r| r.devices.get(id).cloned()).flatten()
+}
+
+/// `read` of the registry of `m`'s devices Secret in this replica's cache, when there is one
+/// and it is `m`'s.
+fn cached_devices<T>(
+    caches: &Caches,
+    m: &Mutation,
+    read: impl FnOnce(&Registry) -> T,
+) -> Option<T> {
+    let (ns, name, uid) = (
+        m.metadata.namespace.as_deref()?,
+        m.metadata.name.as_deref()?,
+        m.metadata.uid.as_deref()?,
+    );
+    let secret = caches
         .secrets
         .get(&ObjectRef::new(&devices_secret_name(name)).within(ns))
-        .filter(|s| is_controlled_by(&s.metadata, uid))
-        .and_then(|s| s.devices.as_deref().cloned())
-        .unwrap_or_default()
+        .filter(|s| is_controlled_by(&s.metadata, uid))?;
+    secret.devices.as_deref().map(read)
 }
 
 /// Waits (a few seconds at most) until this replica's cache of Mutation `ns/name`'s devices
