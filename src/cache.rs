@@ -21,7 +21,7 @@ use tokio::{sync::watch, time::Instant};
 use crate::{
     connect::Health,
     crd::{MutantDeployment, Mutation, OwnerKind, OwnerResource},
-    variant::{CachedSecret, DeploymentWire, ObservedService},
+    variant::{CachedSecret, DeploymentWire, ObservedService, parsed::Parsed},
 };
 
 /// What the API, the probes and the metrics read: the caches readiness depends on.
@@ -48,6 +48,10 @@ pub struct Caches {
     pub md_services: ServiceCache,
     /// The Services generated for Mutations' variants.
     pub mutation_services: ServiceCache,
+    /// The MutantDeployments' policies, parsed once per generation.
+    md_parsed: Arc<Parsings>,
+    /// The Mutations' policies, parsed once per generation.
+    mutation_parsed: Arc<Parsings>,
     changes: watch::Receiver<CacheState>,
     freshness: Freshness,
     /// How many times [`Caches::mutation`] was asked (tests count a request's look-ups).
@@ -101,6 +105,15 @@ impl Caches {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.mutations
             .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+    }
+
+    /// `owner`'s policies, parsed once per generation (R50): what its spec sets of
+    /// `spec.devices`, their sleep and `spec.rollout`, as the object at hand says.
+    pub fn parsed<K: OwnerResource>(&self, owner: &K) -> Arc<Parsed> {
+        match K::KIND {
+            OwnerKind::MutantDeployment => self.md_parsed.of(owner),
+            OwnerKind::Mutation => self.mutation_parsed.of(owner),
+        }
     }
 
     /// Whether the owners and Secrets have had their first full list (R26: readiness).
@@ -210,8 +223,11 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
         timeout: watch_timeout(freshness.watch_stale_after),
     };
     let w = &watching;
-    let (mutant_deployments, md_owners) = owners::<MutantDeployment>(client, namespace, w);
-    let (mutations, mutation_owners) = owners::<Mutation>(client, namespace, w);
+    let (md_parsed, mutation_parsed) = (Arc::<Parsings>::default(), Arc::<Parsings>::default());
+    let (mutant_deployments, md_owners) =
+        owners::<MutantDeployment>(client, namespace, w, md_parsed.clone());
+    let (mutations, mutation_owners) =
+        owners::<Mutation>(client, namespace, w, mutation_parsed.clone());
     let md = OwnerKind::MutantDeployment;
     let (md_deployments, md_feed) = deployments(client, namespace, md, w);
     let (md_services, md_service_feed) = services(client, namespace, md, w);
@@ -227,6 +243,8 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
         mutation_deployments,
         md_services,
         mutation_services,
+        md_parsed,
+        mutation_parsed,
         changes,
         freshness,
         #[cfg(test)]
@@ -251,15 +269,18 @@ pub fn start(client: &Client, namespace: Option<&str>, freshness: Freshness) -> 
     (caches, feeds)
 }
 
-/// The cache of every owner of kind `K`; its feed yields the owners added or changed.
+/// The cache of every owner of kind `K`, whose policies `parsings` parses as they come; its
+/// feed yields the owners added or changed.
 fn owners<K: OwnerResource + Cached>(
     client: &Client,
     namespace: Option<&str>,
     watching: &Watching,
+    parsings: Arc<Parsings>,
 ) -> (Store<K>, Feed<K>) {
     let config = watcher::Config::default();
     let cache = Cache::Owners(K::KIND);
-    let (store, events) = reflected(client, namespace, config, cache, watching, |_| {});
+    let parse = move |event: &watcher::Event<K>| parsings.watched(event);
+    let (store, events) = reflected(client, namespace, config, cache, watching, parse);
     (store, Box::pin(events.applied_objects()))
 }
 
@@ -306,6 +327,8 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
         mutation_deployments: DeploymentCache::empty(),
         md_services: ServiceCache::empty(),
         mutation_services: ServiceCache::empty(),
+        md_parsed: Arc::default(),
+        mutation_parsed: Arc::default(),
         changes,
         freshness,
         #[cfg(test)]
@@ -315,6 +338,7 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
         signal: Arc::new(signal),
         mutant_deployments: md,
         mutations: m,
+        mutation_parsed: caches.mutation_parsed.clone(),
         secrets: s,
     };
     (caches, writers)
@@ -326,6 +350,7 @@ pub(crate) struct Writers {
     signal: Arc<watch::Sender<CacheState>>,
     mutant_deployments: kube::runtime::reflector::store::Writer<MutantDeployment>,
     mutations: kube::runtime::reflector::store::Writer<Mutation>,
+    mutation_parsed: Arc<Parsings>,
     secrets: kube::runtime::reflector::store::Writer<CachedSecret>,
 }
 
@@ -334,6 +359,7 @@ impl Writers {
     /// Applies `event` to the Mutation cache.
     pub fn mutation(&mut self, event: watcher::Event<Mutation>) {
         self.mutations.apply_watcher_event(&event);
+        self.mutation_parsed.watched(&event);
         signalling(&self.signal, Cache::Owners(OwnerKind::Mutation))(&event);
     }
 
@@ -367,6 +393,7 @@ impl Writers {
 mod backoff;
 mod generated;
 mod index;
+mod parsed;
 mod reflect;
 mod stale;
 mod state;
@@ -374,6 +401,7 @@ mod state;
 pub use backoff::WatchBackoff;
 pub use generated::{DeploymentCache, ServiceCache};
 use generated::{deployments, services};
+use parsed::Parsings;
 use reflect::{Cached, reflected, reflected_as};
 pub use reflect::{Feed, generated_selector};
 use stale::{Watching, watch_timeout};

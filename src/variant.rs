@@ -51,6 +51,7 @@ mod names;
 mod observed;
 mod own_secrets;
 mod owner;
+pub(crate) mod parsed;
 pub(crate) mod placement;
 mod pod_security;
 mod policy;

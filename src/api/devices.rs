@@ -41,14 +41,15 @@ pub(super) struct Issued<'a> {
     pub(super) service: Option<&'a VariantService>,
 }
 
-/// The Mutation's devices policy, or why it has none.
-fn policy(m: &Mutation, ns: &str, name: &str) -> Result<Policy, ApiError> {
-    let spec = m.spec.devices.as_ref().ok_or_else(|| {
-        ApiError::conflict(format!(
+/// The Mutation's devices policy (parsed when it entered the cache, R50), or why it has none.
+fn policy(state: &ApiState, m: &Mutation, ns: &str, name: &str) -> Result<Policy, ApiError> {
+    match &state.caches.parsed(m).devices {
+        None => Err(ApiError::conflict(format!(
             "mutation {ns}/{name} has no spec.devices: it has no devices"
-        ))
-    })?;
-    Policy::of(spec).map_err(|e| ApiError::conflict(format!("mutation {ns}/{name}: {e}")))
+        ))),
+        Some(Ok(policy)) => Ok(policy.clone()),
+        Some(Err(e)) => Err(ApiError::conflict(format!("mutation {ns}/{name}: {e}"))),
+    }
 }
 
 fn owner_of(m: &Mutation) -> Result<Owner, ApiError> {
@@ -71,7 +72,7 @@ pub(super) async fn begin(
     name: &str,
 ) -> Result<(std::sync::Arc<Mutation>, Policy, Owner), ApiError> {
     let m = fresh::mutation(state, caller, ns, name).await?;
-    let policy = policy(&m, ns, name)?;
+    let policy = policy(state, &m, ns, name)?;
     let owner = owner_of(&m)?;
     Ok((m, policy, owner))
 }
@@ -83,7 +84,7 @@ fn absent(ns: &str, name: &str, id: &str) -> ApiError {
 /// `GET .../devices` (admin): every device, as this replica knows it.
 pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
     let m = fresh::mutation(state, caller, ns, name).await?;
-    policy(&m, ns, name)?;
+    policy(state, &m, ns, name)?;
     let registry = cached_registry(&state.caches, &m);
     let mut ids: Vec<&String> = registry.devices.keys().collect();
     for d in listed(&m) {
@@ -101,7 +102,7 @@ pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
 /// `GET .../devices/{id}` (the admin or that device).
 pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str, id: &str) -> ApiResult {
     let m = fresh::mutation(state, caller, ns, name).await?;
-    policy(&m, ns, name)?;
+    policy(state, &m, ns, name)?;
     let registry = cached_registry(&state.caches, &m);
     let device = view(state, &m, &registry, ns, name, id).ok_or_else(|| absent(ns, name, id))?;
     Ok(http::json(StatusCode::OK, &device))

@@ -18,14 +18,10 @@ use crate::{
     crd::{DeviceStatus, Mutation, PollStats, Reported, VariantStatus},
     variant::{
         devices::{Policy, heard, must_persist},
-        sleep::{SleepPolicy, poll_must_persist, poll_refresh, polled, retry_after},
+        parsed::Parsed,
+        sleep::{poll_must_persist, poll_refresh, polled, retry_after},
     },
 };
-
-/// `m`'s `spec.devices.sleep`, when it is set and valid: then its variants sleep.
-pub fn sleep_policy(m: &Mutation) -> Option<SleepPolicy> {
-    SleepPolicy::of(m.spec.devices.as_ref()?.sleep.as_ref()?).ok()
-}
 
 /// A heartbeat to be written: what the device's entry becomes, and when it must be.
 #[derive(Clone, Debug)]
@@ -100,7 +96,7 @@ fn variant_status<'a>(m: &'a Mutation, label: &str) -> Option<&'a VariantStatus>
 pub fn heard_from(
     state: &Arc<ApiState>,
     caller: &Caller,
-    m: Option<&Mutation>,
+    m: Option<(&Mutation, &Parsed)>,
     headers: &HeaderMap,
     poll: bool,
 ) -> Result<(), ApiError> {
@@ -121,16 +117,16 @@ pub fn heard_from(
         poll: remembered,
         ..
     } = state.heartbeats.heard(ns, name, id, now, &reported);
-    let Some(m) = m else {
+    let Some((m, parsed)) = m else {
         return Ok(());
     };
-    let Some(Ok(policy)) = m.spec.devices.as_deref().map(Policy::of) else {
+    let Some(policy) = parsed.devices() else {
         return Ok(());
     };
     let persisted = listed(m).iter().find(|d| d.id == *id);
-    let sleep = if poll { sleep_policy(m) } else { None };
+    let sleep = if poll { parsed.sleep() } else { None };
     let poll = sleep.map(|sleep| {
-        let retry_at = retry_after(m, variant, now)
+        let retry_at = retry_after(m, Some(sleep), variant, now)
             .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok());
         let previous = remembered
             .as_ref()
@@ -150,7 +146,7 @@ pub fn heard_from(
         fallback: record.entry(id),
         poll,
     };
-    if !due.must_write(persisted, variant_status(m, variant), &policy) {
+    if !due.must_write(persisted, variant_status(m, variant), policy) {
         return Ok(());
     }
     let writes_now = due.poll.is_some() && poll_must_persist_now(&due, persisted, m);
@@ -190,14 +186,15 @@ async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due) {
     let edit = state
         .store
         .edit_devices(&ns, &name, state.deadline, move |m| {
-            let Some(Ok(policy)) = m.spec.devices.as_deref().map(Policy::of) else {
+            let parsed = caches.parsed(m);
+            let Some(policy) = parsed.devices() else {
                 return Ok(listed(m).to_vec());
             };
             // A device removed meanwhile is not listed again by its last request.
             if cached_record(&caches, m, &due.id).is_none() {
                 return Ok(listed(m).to_vec());
             }
-            Ok(due.apply(m, &policy).unwrap_or_else(|| listed(m).to_vec()))
+            Ok(due.apply(m, policy).unwrap_or_else(|| listed(m).to_vec()))
         });
     match edit.await {
         Ok(_) => {}

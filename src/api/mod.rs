@@ -184,7 +184,7 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
         Action::GetDevice => devices::get(state, caller, ns, name, id).await,
         Action::RemoveDevice => devices::remove(state, caller, ns, name, id).await,
         Action::RotateToken => devices::rotate(state, caller, ns, name, id).await,
-        Action::Poll => poll::poll(state, caller, ctx.mutation).await,
+        Action::Poll => poll::poll(state, caller, ctx.mutation.zip(ctx.parsed)).await,
         Action::ResumeRollout => rollout::resume(state, ns, name).await,
         Action::AbortRollout => rollout::abort(state, ns, name).await,
     }

@@ -18,7 +18,10 @@ use super::{
 use crate::{
     crd::{Mutation, VariantService},
     http,
-    variant::sleep::{SleepPolicy, retry_after},
+    variant::{
+        parsed::Parsed,
+        sleep::{SleepPolicy, retry_after},
+    },
 };
 
 /// The answer to a poll: what a device needs to show its variant.
@@ -46,9 +49,13 @@ struct PollView<'a> {
 /// `Retry-After`, what is left of `warmup` since it started (`warmup` while it has not). With
 /// sleep, `refreshSeconds` says when to poll next: inside quiet hours, when they end; else the
 /// device's own interval when known.
-pub async fn poll(state: &ApiState, caller: &Caller, m: Option<Arc<Mutation>>) -> ApiResult {
+pub async fn poll(
+    state: &ApiState,
+    caller: &Caller,
+    m: Option<(Arc<Mutation>, Arc<Parsed>)>,
+) -> ApiResult {
     // The request's own look-up of the Mutation: its caller is this Mutation's device.
-    let Some(m) = m else {
+    let Some((m, parsed)) = m else {
         return Err(ApiError::unauthorized());
     };
     let Caller::Device {
@@ -66,8 +73,9 @@ pub async fn poll(state: &ApiState, caller: &Caller, m: Option<Arc<Mutation>>) -
         .heartbeats
         .get(ns, name, id)
         .and_then(|beat| beat.reported.refresh_rate);
-    let refresh = refresh_seconds(&m, id, told);
-    let retry = retry_after(&m, variant, Timestamp::now());
+    let sleep = parsed.sleep();
+    let refresh = sleep.and_then(|sleep| refresh_seconds(&m, sleep, id, told));
+    let retry = retry_after(&m, sleep, variant, Timestamp::now());
     let view = PollView {
         variant,
         ready: retry.is_none(),
@@ -89,9 +97,7 @@ pub async fn poll(state: &ApiState, caller: &Caller, m: Option<Arc<Mutation>>) -
 
 /// When the device is to poll next under `spec.devices.sleep` (inside quiet hours: when they
 /// end; else its own interval, when known); None without sleep.
-fn refresh_seconds(m: &Mutation, id: &str, told: Option<u32>) -> Option<u64> {
-    let spec = m.spec.devices.as_ref()?.sleep.as_ref()?;
-    let policy = SleepPolicy::of(spec).ok()?;
+fn refresh_seconds(m: &Mutation, policy: &SleepPolicy, id: &str, told: Option<u32>) -> Option<u64> {
     let now = Timestamp::now();
     let quiet = policy.quiet_until(now).map(|(end, _)| {
         u64::try_from(end.as_second() - now.as_second())

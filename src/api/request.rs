@@ -23,7 +23,10 @@ use crate::{
     cache::Serving,
     crd::Mutation,
     http,
-    variant::{access::DeviceLimits, devices::validate_device_id, validate_label, validate_name},
+    variant::{
+        access::DeviceLimits, devices::validate_device_id, parsed::Parsed, validate_label,
+        validate_name,
+    },
 };
 
 /// A request as resolved: its route, the names of its path, and the Mutation they name as
@@ -42,6 +45,8 @@ pub struct Ctx<'r> {
     /// The Mutation the path names, from the cache: looked up once per request (again only
     /// after a check with the API server or a validated read has refreshed the cache).
     pub mutation: Option<Arc<Mutation>>,
+    /// Its policies, parsed when it entered the cache (R50), looked up with it.
+    pub parsed: Option<Arc<Parsed>>,
     /// Whether the API serves the namespace ([`Ctx::served_by`]).
     pub served: bool,
 }
@@ -61,16 +66,18 @@ impl<'r> Ctx<'r> {
             label,
             id,
         } = params;
-        let mutation = name.and_then(|name| state.caches.mutation(ns, name));
-        Ok(Ctx {
+        let mut ctx = Ctx {
             route,
             ns,
             name,
             label,
             id,
-            mutation,
+            mutation: None,
+            parsed: None,
             served: false,
-        })
+        };
+        ctx.refresh(state);
+        Ok(ctx)
     }
 
     /// Notes whether the API serves the namespace (503 while that is not known yet).
@@ -79,11 +86,12 @@ impl<'r> Ctx<'r> {
         Ok(())
     }
 
-    /// Looks the Mutation up again, after something refreshed the cache.
+    /// Looks the Mutation and its policies up (again, after something refreshed the cache).
     fn refresh(&mut self, state: &ApiState) {
         self.mutation = self
             .name
             .and_then(|name| state.caches.mutation(self.ns, name));
+        self.parsed = self.mutation.as_deref().map(|m| state.caches.parsed(m));
     }
 
     /// Whether the Mutation has `spec.devices` (its token then enrolls only, R39).
@@ -204,7 +212,8 @@ pub fn heard(
     let action = ctx.route.action;
     if action != Action::RemoveDevice {
         let poll = action == Action::Poll;
-        liveness::heard_from(state, caller, ctx.mutation.as_deref(), headers, poll)?;
+        let m = ctx.mutation.as_deref().zip(ctx.parsed.as_deref());
+        liveness::heard_from(state, caller, m, headers, poll)?;
     }
     let Caller::Device { id, .. } = caller else {
         return Ok(());

@@ -38,7 +38,6 @@ use crate::{
     variant::{
         self, Base, DeploymentWire, Findings, MetaView, ObservedDeployment, Owner, Planned,
         converge::{self, DeploymentSubject, Done, Subject},
-        devices::Policy,
     },
 };
 
@@ -62,23 +61,20 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         Some(_) => (None, Vec::new()),
         None => ensure_secret(&ctx, &owner).await?,
     };
-    // R39: spec.devices, checked; a policy that does not hold is reported and no device's
-    // state is changed by it.
-    let device_policy = match obj.devices().map(Policy::of) {
-        Some(Err(problem)) => {
-            problems.push(problem);
-            None
-        }
-        Some(Ok(policy)) => Some(policy),
-        None => None,
-    };
+    // R39: spec.devices, checked (parsed once per generation, R50); a policy that does not
+    // hold is reported and no device's state is changed by it.
+    let parsed = ctx.caches.parsed(obj.as_ref());
+    if let Some(Err(problem)) = &parsed.devices {
+        problems.push(problem.clone());
+    }
+    let device_policy = parsed.devices();
     // R42: spec.devices.sleep, checked like the rest of spec.devices; one that does not hold
     // is reported and no variant sleeps.
     let (sleep_policy, sleeping) = sleep::prepare(
         &ctx,
         &owner,
         obj.as_ref(),
-        device_policy.as_ref(),
+        &parsed,
         &previous,
         &mut problems,
     );
@@ -90,24 +86,25 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
     let mut not_allowed = None;
     let mut rolling = rollout::Rolling::default();
     let (variants, base_error) = match Base::parse(&base) {
-        Ok(parsed) => {
+        Ok(base_parsed) => {
             // R43: with spec.rollout, which base revision each variant runs.
             rolling = rollout::prepare(
                 &ctx,
                 &owner,
                 obj.as_ref(),
-                &parsed,
+                parsed.rollout.as_ref(),
+                &base_parsed,
                 &declared,
                 &observed,
                 &previous,
                 &mut problems,
             )
             .await?;
-            let planned = rolling.plan(&parsed, &owner, &declared);
+            let planned = rolling.plan(&base_parsed, &owner, &declared);
             // R41: a token's env never reaches a command line the base added later.
             let planned = variant::commands::hold_command_lines(
                 planned,
-                &parsed,
+                &base_parsed,
                 obj.device_access(),
                 &declared,
             );
@@ -121,12 +118,12 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
                     held
                 }
             };
-            match converge(&ctx, &owner, obj.as_ref(), &parsed, planned, &observed).await? {
+            match converge(&ctx, &owner, obj.as_ref(), &base_parsed, planned, &observed).await? {
                 Converged::Applied(mut variants, new, refused) => {
                     created = new;
                     // R36: the variants' Services, once their Deployments are applied.
                     let services_denied =
-                        services::converge(&ctx, &owner, obj.as_ref(), &parsed, &mut variants)
+                        services::converge(&ctx, &owner, obj.as_ref(), &base_parsed, &mut variants)
                             .await?;
                     denied |= refused || services_denied;
                     (variants, None)
@@ -182,12 +179,12 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         }
     }
     // R40: the devices' states as time changes them, requeued for the next change.
-    let device_change = match &device_policy {
+    let device_change = match device_policy {
         Some(policy) => devices::converge(&ctx, &owner, policy, &previous).await?,
         None => None,
     };
     // R42: variants made by enrollment whose devices are gone.
-    let (devices, policy) = (device_policy.as_ref(), sleep_policy.as_ref());
+    let (devices, policy) = (device_policy, sleep_policy);
     let expiry = sleep::expire_gone(&ctx, &owner, obj.as_ref(), devices, policy, &sleeping).await?;
     // A variant a quota or an admission policy refused is tried again sooner than the resync:
     // freeing the quota or changing the policy is no event of this owner's (R35), and neither

@@ -111,8 +111,8 @@ impl Rolling {
     }
 }
 
-/// `obj`'s `spec.rollout`, checked (a problem is pushed to `problems`, and then every variant
-/// takes the base at once), and what it decides now for `declared` (the variants as planned,
+/// `obj`'s `spec.rollout` as parsed (`policy`; a problem is pushed to `problems`, and then
+/// every variant takes the base at once), and what it decides now for `declared` (the variants as planned,
 /// an idle one at zero instances) from their Deployments (`observed`) and the last status.
 #[allow(
     clippy::too_many_arguments,
@@ -122,19 +122,18 @@ pub async fn prepare<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
+    policy: Option<&Result<RolloutPolicy, String>>,
     current_base: &Base,
     declared: &[Variant],
     observed: &[Arc<ObservedDeployment>],
     previous: &OwnerStatus,
     problems: &mut Vec<String>,
 ) -> Result<Rolling> {
-    let Some(spec) = obj.rollout() else {
-        return Ok(Rolling::default());
-    };
-    let policy = match RolloutPolicy::of(spec) {
-        Ok(policy) => policy,
-        Err(problem) => {
-            problems.push(problem);
+    let policy = match policy {
+        None => return Ok(Rolling::default()),
+        Some(Ok(policy)) => policy,
+        Some(Err(problem)) => {
+            problems.push(problem.clone());
             return Ok(Rolling::default());
         }
     };
@@ -208,7 +207,7 @@ pub async fn prepare<K: OwnerResource>(
     let mut kept: Vec<&str> = bases.keys().map(String::as_str).collect();
     kept.push(&current);
     let outcome = decide(
-        &policy,
+        policy,
         &current,
         &kept,
         before,

@@ -29,6 +29,7 @@ use crate::{
         Owner,
         departure::{expiring, site_silent},
         devices::{Policy, Registry},
+        parsed::Parsed,
         sleep::SleepPolicy,
         wake::{Decision, Moment, Sleeper, decide},
     },
@@ -131,27 +132,27 @@ fn namespace_devices(ctx: &Context, namespace: &str) -> (Vec<DeviceStatus>, Opti
     (devices, accepted)
 }
 
-/// `obj`'s `spec.devices.sleep`, checked (a problem is pushed to `problems`, and then no
-/// variant sleeps), and what it decides now.
-pub fn prepare<K: OwnerResource>(
+/// `obj`'s `spec.devices.sleep` as `parsed` holds it (a problem is pushed to `problems`, and
+/// then no variant sleeps; none sleeps either when `spec.devices` does not hold), and what it
+/// decides now.
+pub fn prepare<'p, K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
-    devices: Option<&Policy>,
+    parsed: &'p Parsed,
     previous: &OwnerStatus,
     problems: &mut Vec<String>,
-) -> (Option<SleepPolicy>, Sleeping) {
-    let (Some(devices), Some(spec)) = (devices, obj.devices().and_then(|d| d.sleep.as_ref()))
-    else {
+) -> (Option<&'p SleepPolicy>, Sleeping) {
+    let (Some(devices), Some(sleep)) = (parsed.devices(), parsed.sleep.as_ref()) else {
         return (None, Sleeping::default());
     };
-    match SleepPolicy::of(spec) {
+    match sleep {
         Ok(policy) => {
-            let sleeping = plan(ctx, owner, obj.variants(), previous, devices, &policy);
+            let sleeping = plan(ctx, owner, obj.variants(), previous, devices, policy);
             (Some(policy), sleeping)
         }
         Err(problem) => {
-            problems.push(problem);
+            problems.push(problem.clone());
             (None, Sleeping::default())
         }
     }

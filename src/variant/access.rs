@@ -235,12 +235,14 @@ impl DeviceLimits {
         let size = |field: Option<i32>, default: usize| {
             field.map_or(default, |n| usize::try_from(n).unwrap_or(0))
         };
-        let access = access.cloned().unwrap_or_default();
+        let field = |of: fn(&DeviceAccess) -> Option<i32>| access.and_then(of);
         DeviceLimits {
-            instances: access.max_instances.unwrap_or(DEVICE_MAX_INSTANCES).max(0),
-            variants: size(access.max_variants, DEVICE_MAX_VARIANTS),
-            env: size(access.max_env, DEVICE_MAX_ENV),
-            value_length: size(access.max_value_length, DEVICE_MAX_VALUE),
+            instances: field(|a| a.max_instances)
+                .unwrap_or(DEVICE_MAX_INSTANCES)
+                .max(0),
+            variants: size(field(|a| a.max_variants), DEVICE_MAX_VARIANTS),
+            env: size(field(|a| a.max_env), DEVICE_MAX_ENV),
+            value_length: size(field(|a| a.max_value_length), DEVICE_MAX_VALUE),
         }
     }
 

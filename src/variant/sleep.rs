@@ -156,8 +156,14 @@ pub fn polled(
 
 /// Whether a poll finds `variant` of `m` not ready (no ready replica, as its status says), and
 /// then in how many seconds the device is to ask again: what is left of `warmup` since the
-/// variant started (`warmup` while it has not; 1 without `spec.devices.sleep`).
-pub fn retry_after(m: &Mutation, variant: &str, now: Timestamp) -> Option<u64> {
+/// variant started (`warmup` while it has not; 1 without a valid `spec.devices.sleep`, whose
+/// policy `sleep` is).
+pub fn retry_after(
+    m: &Mutation,
+    sleep: Option<&SleepPolicy>,
+    variant: &str,
+    now: Timestamp,
+) -> Option<u64> {
     let status = m
         .status
         .as_ref()
@@ -166,13 +172,7 @@ pub fn retry_after(m: &Mutation, variant: &str, now: Timestamp) -> Option<u64> {
     if ready {
         return None;
     }
-    let Some(Ok(policy)) = m
-        .spec
-        .devices
-        .as_ref()
-        .and_then(|d| d.sleep.as_ref())
-        .map(SleepPolicy::of)
-    else {
+    let Some(policy) = sleep else {
         return Some(1);
     };
     let warmup = policy.warmup.as_secs().max(1);

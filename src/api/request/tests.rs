@@ -110,7 +110,9 @@ async fn a_poll_looks_its_mutation_up_once() {
         .unwrap();
     let limit = body_limit(&state, &ctx, &caller);
     assert!(limit > 0);
-    let answer = poll::poll(&state, &caller, ctx.mutation).await.unwrap();
+    let answer = poll::poll(&state, &caller, ctx.mutation.zip(ctx.parsed))
+        .await
+        .unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
     assert_eq!(
         caches.lookups.load(Ordering::Relaxed),

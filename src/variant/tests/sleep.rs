@@ -306,7 +306,7 @@ fn a_poll_is_told_when_to_ask_again() {
         ..OwnerStatus::default()
     };
     m.status = Some(status(VariantState::Progressing, 0, None));
-    assert_eq!(retry_after(&m, "v", t(0)), Some(1), "without sleep");
+    assert_eq!(retry_after(&m, None, "v", t(0)), Some(1), "without sleep");
     m.spec.devices = Some(Box::new(DevicesSpec {
         sleep: Some(SleepSpec {
             warmup: Some("40s".into()),
@@ -314,22 +314,33 @@ fn a_poll_is_told_when_to_ask_again() {
         }),
         ..DevicesSpec::default()
     }));
+    let parsed = crate::variant::parsed::Parsed::of(&m);
+    let sleep = parsed.sleep();
+    assert!(sleep.is_some(), "{parsed:?}");
     let idle = status(VariantState::Idle, 0, Some(state(SleepState::Idle, 0)));
     m.status = Some(idle);
-    assert_eq!(retry_after(&m, "v", t(5)), Some(40), "down: all of warmup");
+    assert_eq!(
+        retry_after(&m, sleep, "v", t(5)),
+        Some(40),
+        "down: all of warmup"
+    );
     let starting = status(
         VariantState::Progressing,
         0,
         Some(state(SleepState::Awake, 0)),
     );
     m.status = Some(starting);
-    assert_eq!(retry_after(&m, "v", t(3)), Some(37), "warmup left");
-    assert_eq!(retry_after(&m, "v", t(60)), Some(1), "late: at least 1 s");
+    assert_eq!(retry_after(&m, sleep, "v", t(3)), Some(37), "warmup left");
+    assert_eq!(
+        retry_after(&m, sleep, "v", t(60)),
+        Some(1),
+        "late: at least 1 s"
+    );
     let ready = status(VariantState::Ready, 1, Some(state(SleepState::Awake, 0)));
     m.status = Some(ready);
-    assert_eq!(retry_after(&m, "v", t(3)), None, "ready");
+    assert_eq!(retry_after(&m, sleep, "v", t(3)), None, "ready");
     assert_eq!(
-        retry_after(&m, "other", t(3)),
+        retry_after(&m, sleep, "other", t(3)),
         Some(40),
         "a variant not in status yet"
     );
