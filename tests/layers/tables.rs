@@ -32,7 +32,7 @@ pub const LAYERS: &[&[&str]] = &[
 pub const ROOMS: &[(&str, &[&str])] = &[
     (
         "cache",
-        &["backoff", "state", "index", "stale", "reflect", "generated"],
+        &["backoff", "state", "index", "stale", "parsed", "reflect", "generated"],
     ),
     (
         "crd",
@@ -79,6 +79,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "build",
             "commands",
             "rollout",
+            "parsed",
             "policy",
             "baseline",
             "own_secrets",
