@@ -109,18 +109,20 @@ impl Store {
     }
 
     /// Edits the devices Secret of `owner` (created when missing) as [`Store::edit_variants`]
-    /// edits variants: `change` edits the registry in place, or refuses. A Secret of that name
-    /// the Mutation does not control is refused (409), never read further.
+    /// edits variants: `change` edits the registry in place, or refuses; an edit that would
+    /// hold more than `max_devices` devices is refused (403). A Secret of that name the
+    /// Mutation does not control is refused (409), never read further.
     pub async fn edit_registry<F>(
         &self,
         owner: &Owner,
+        max_devices: usize,
         limit: Duration,
         change: F,
     ) -> Result<Devices, ApiError>
     where
         F: Fn(&mut Registry) -> Result<(), ApiError> + Send + Sync + 'static,
     {
-        let target = DevicesSecret::new(&self.client, owner);
+        let target = DevicesSecret::new(&self.client, owner, max_devices);
         let change = move |d: &Devices| {
             let mut registry = d.registry.clone();
             change(&mut registry)?;
@@ -132,7 +134,7 @@ impl Store {
     /// The devices Secret of `owner` as the API server has it now, and its registry (empty
     /// when there is none); 409 for a Secret of that name the Mutation does not control.
     pub async fn read_registry(&self, owner: &Owner) -> Result<Registry, ApiError> {
-        Ok(DevicesSecret::new(&self.client, owner)
+        Ok(DevicesSecret::new(&self.client, owner, usize::MAX)
             .read()
             .await?
             .registry)

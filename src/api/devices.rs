@@ -117,7 +117,7 @@ pub async fn remove(
     name: &str,
     id: &str,
 ) -> ApiResult {
-    let (_, _, owner) = begin(state, caller, ns, name).await?;
+    let (_, policy, owner) = begin(state, caller, ns, name).await?;
     // The variant enrollment made that this removal leaves without a device, as the edit
     // that was written found it (an edit may be applied more than once: on a conflict, or
     // when another of its batch is left out).
@@ -135,7 +135,7 @@ pub async fn remove(
             Ok(())
         }
     };
-    edit_registry(state, &owner, removal).await?;
+    edit_registry(state, &owner, policy.max_devices, removal).await?;
     state.heartbeats.forget(ns, name, id);
     wait_registry(state, ns, name, |r| !r.devices.contains_key(id)).await;
     let unused = unused.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -167,7 +167,7 @@ pub async fn rotate(
     name: &str,
     id: &str,
 ) -> ApiResult {
-    let (_, _, owner) = begin(state, caller, ns, name).await?;
+    let (_, policy, owner) = begin(state, caller, ns, name).await?;
     let token = issue_token()?;
     let hash = token_hash(&token);
     let rotation = {
@@ -181,7 +181,7 @@ pub async fn rotate(
             Ok(())
         }
     };
-    edit_registry(state, &owner, rotation).await?;
+    edit_registry(state, &owner, policy.max_devices, rotation).await?;
     wait_registry(state, ns, name, |r| {
         r.devices.get(id).is_some_and(|d| d.hash == hash)
     })

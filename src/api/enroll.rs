@@ -83,7 +83,7 @@ pub async fn enroll(
         let (id, record, label) = (id.clone(), record.clone(), label.clone());
         let (ns, name) = (ns.to_string(), name.to_string());
         move |r: &mut Registry| {
-            room_for(r, &id, &ns, &name, max)?;
+            not_enrolled(r, &id, &ns, &name)?;
             r.devices.insert(id.clone(), record.clone());
             if made {
                 r.made.insert(label.clone());
@@ -91,7 +91,7 @@ pub async fn enroll(
             Ok(())
         }
     };
-    let written = edit_registry(state, &owner, enrolled).await;
+    let written = edit_registry(state, &owner, max, enrolled).await;
     if let Err(err) = written {
         if made && let Err(undo) = variants::remove_if_there(state, ns, name, &label).await {
             tracing::warn!(namespace = ns, name, variant = %label, error = %undo.1, "could not remove the variant of a failed enrollment");
@@ -236,17 +236,25 @@ async fn join_or_make(
     }
 }
 
-/// Whether `r` has room for device `id`: not enrolled yet, and fewer than `max` devices.
+/// Whether `r` has room for device `id`: not enrolled yet, and fewer than `max` devices. The
+/// store holds the devices Secret to `max` on every write; this checks a registry before
+/// anything is written, so that a refused enrollment costs nothing.
 fn room_for(r: &Registry, id: &str, ns: &str, name: &str, max: usize) -> Result<(), ApiError> {
-    if r.devices.contains_key(id) {
-        return Err(ApiError::conflict(format!(
-            "device {id:?} is already enrolled in mutation {ns}/{name}"
-        )));
-    }
+    not_enrolled(r, id, ns, name)?;
     if r.devices.len() >= max {
         return Err(ApiError::forbidden(format!(
             "mutation {ns}/{name} has {} devices, its maxDevices: no more enroll",
             r.devices.len()
+        )));
+    }
+    Ok(())
+}
+
+/// 409 when device `id` is enrolled in `r` already.
+fn not_enrolled(r: &Registry, id: &str, ns: &str, name: &str) -> Result<(), ApiError> {
+    if r.devices.contains_key(id) {
+        return Err(ApiError::conflict(format!(
+            "device {id:?} is already enrolled in mutation {ns}/{name}"
         )));
     }
     Ok(())

@@ -88,10 +88,12 @@ pub(super) async fn read_registry(state: &ApiState, owner: &Owner) -> Result<Reg
 /// Read-modify-write of the devices Secret by the store, together with the other edits of it
 /// waiting at the time: `change` edits the registry read from the API server (as the edits
 /// before it left it), or refuses, and the Secret is written with the resourceVersion it was
-/// read at (created when missing); a conflict reads again. Bounded by the request's deadline.
+/// read at (created when missing); a conflict reads again; an edit that would hold more than
+/// `max_devices` devices is refused (403). Bounded by the request's deadline.
 pub(super) async fn edit_registry<F>(
     state: &ApiState,
     owner: &Owner,
+    max_devices: usize,
     change: F,
 ) -> Result<(), ApiError>
 where
@@ -99,7 +101,7 @@ where
 {
     state
         .store
-        .edit_registry(owner, state.deadline, change)
+        .edit_registry(owner, max_devices, state.deadline, change)
         .await?;
     Ok(())
 }

@@ -20,7 +20,7 @@ use crate::{
     variant::{
         Base, Owner,
         access::{device_may_add, device_may_scale, route_device_env},
-        check_variant_count, deployment_name,
+        deployment_name,
         placement::validate_containers,
         rollout::REVISION_LABEL,
         totals, validate_variants,
@@ -134,7 +134,6 @@ pub(super) async fn insert(
         if position(m, &variant.label).is_some() {
             return Err(taken.clone());
         }
-        check_variant_count(m.spec.variants.len() + 1).map_err(ApiError::bad_request)?;
         device_check(&caller, m, &variant)?;
         let routed = stored(&caller, &variant, m);
         known(m, &routed)?;

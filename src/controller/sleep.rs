@@ -301,17 +301,18 @@ async fn unlist_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()>
 
 /// Drops the records of variant `label`'s devices, and the label from the made ones, from
 /// the devices Secret, through the store. A Secret the owner does not control is left alone.
+/// The edit only removes devices, which the store's bound on their number never refuses.
 async fn forget_devices(ctx: &Context, owner: &Owner, label: &str) -> Result<()> {
     let label = label.to_owned();
-    let forgotten = ctx
-        .store
-        .edit_registry(owner, CONTROLLER_CALL_LIMIT, move |registry| {
-            if registry.made.contains(&label) {
-                registry.devices.retain(|_, d| d.variant != label);
-                registry.made.remove(&label);
-            }
-            Ok(())
-        });
+    let forgotten =
+        ctx.store
+            .edit_registry(owner, usize::MAX, CONTROLLER_CALL_LIMIT, move |registry| {
+                if registry.made.contains(&label) {
+                    registry.devices.retain(|_, d| d.variant != label);
+                    registry.made.remove(&label);
+                }
+                Ok(())
+            });
     match forgotten.await {
         Ok(_) => Ok(()),
         // Not the owner's (409): nothing of it is the operator's to change.

@@ -13,10 +13,10 @@ use serde_json::json;
 
 use super::batch::Target;
 use crate::{
-    crd::{DeviceStatus, Mutation, Variant},
+    crd::{DeviceStatus, Mutation, Variant, devices::MAX_DEVICES},
     http::ApiError,
     variant::{
-        KIND_LABEL, OWNER_LABEL, Owner,
+        KIND_LABEL, OWNER_LABEL, Owner, check_variant_count,
         devices::{Registry, devices_secret_name, summary},
         is_controlled_by,
     },
@@ -160,7 +160,13 @@ impl Target for Variants {
             .await
     }
 
+    /// R8, R52: at most [`MAX_VARIANTS`](crate::crd::limits::MAX_VARIANTS) variants (an edit that removes some is taken even
+    /// over it), and the size bound.
     fn check(&self, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
+        let (was, now) = (before.spec.variants.len(), after.spec.variants.len());
+        if now > was {
+            check_variant_count(now).map_err(ApiError::bad_request)?;
+        }
         mutation_fits(&self.describe(), before, after)
     }
 
@@ -211,7 +217,17 @@ impl Target for Listed {
         patch_listed(&self.0.api, &self.0.name, version, devices).await
     }
 
+    /// R40, R52: at most [`MAX_DEVICES`] devices listed, what `maxDevices` may allow (an edit
+    /// that lists fewer is taken even over it), and the size bound.
     fn check(&self, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
+        let (was, now) = (Self::part(before).len(), Self::part(after).len());
+        let bound = usize::try_from(MAX_DEVICES).unwrap_or(0);
+        if now > bound && now > was {
+            return Err(ApiError::forbidden(format!(
+                "{} would list {now} devices, over the bound of {bound}: nothing was changed",
+                self.describe()
+            )));
+        }
         mutation_fits(
             &format!("mutation {}/{}", self.0.ns, self.0.name),
             before,
@@ -246,15 +262,18 @@ pub struct DevicesSecret {
     api: Api<Secret>,
     owner: Owner,
     name: String,
+    max_devices: usize,
 }
 
 impl DevicesSecret {
-    /// The devices Secret of `owner`, through `client`.
-    pub fn new(client: &Client, owner: &Owner) -> Self {
+    /// The devices Secret of `owner`, through `client`, which may hold at most `max_devices`
+    /// devices (the Mutation's `spec.devices.maxDevices`).
+    pub fn new(client: &Client, owner: &Owner, max_devices: usize) -> Self {
         DevicesSecret {
             api: Api::namespaced(client.clone(), &owner.namespace),
             owner: owner.clone(),
             name: devices_secret_name(&owner.name),
+            max_devices,
         }
     }
 }
@@ -331,6 +350,19 @@ impl Target for DevicesSecret {
         })
     }
 
+    /// R39, R52: an edit that would enroll more devices than `maxDevices` is refused (403);
+    /// one that removes devices is taken even over it (the bound may have been lowered).
+    fn check(&self, before: &Devices, after: &Devices) -> Result<(), ApiError> {
+        let (was, now) = (before.registry.devices.len(), after.registry.devices.len());
+        if now <= self.max_devices || now <= was {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "mutation {}/{} has {was} devices, its maxDevices: no more enroll",
+            self.owner.namespace, self.owner.name
+        )))
+    }
+
     fn describe(&self) -> String {
         format!("Secret {}/{}", self.owner.namespace, self.name)
     }
@@ -396,3 +428,6 @@ pub fn new_token() -> crate::Result<String> {
         out
     }))
 }
+
+#[cfg(test)]
+mod tests;
