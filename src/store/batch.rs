@@ -8,6 +8,11 @@
 //! is refused alone) and writes the result once, retrying the lot on a conflict with fresh
 //! data, at most [`MAX_ATTEMPTS`] times. Each caller waits for its own answer.
 //!
+//! Every object has a budget of read-modify-writes ([`WRITES_PER_SECOND`], [`WRITE_BURST`]):
+//! a writer that has spent it waits for the next one it may make, and the edits that arrive
+//! meanwhile are written with the ones it holds, so no path, however often it asks, writes one
+//! object more often than that.
+//!
 //! The writer runs apart from the callers, so a request cut off at its deadline does not cut
 //! off the edits of the others; an edit whose request was told that nothing was changed, or
 //! whose caller went away before it was sent, is left out ([`overdue::Claim`]).
@@ -19,7 +24,7 @@ use std::{
 };
 
 use hyper::StatusCode;
-use tokio::sync::oneshot;
+use tokio::{sync::oneshot, time::Instant};
 
 use crate::http::{
     ApiError,
@@ -29,6 +34,13 @@ use crate::http::{
 /// How many times the store tries a write on a resourceVersion conflict before it gives up
 /// with 503: the one retry bound of every write of a Mutation or of its Secrets.
 pub const MAX_ATTEMPTS: usize = 20;
+
+/// Writes of one object a second, over time: the budget a writer's writes are held to (R52).
+pub const WRITES_PER_SECOND: u32 = 5;
+/// Writes of one object at once, before [`WRITES_PER_SECOND`] holds them back.
+pub const WRITE_BURST: u32 = 20;
+/// Objects whose budget is remembered; beyond it, those whose budget is whole are forgotten.
+const BUDGETS_KEPT: usize = 1024;
 
 /// What a writer edits: one object on the API server, and the part of it that edits change.
 pub trait Target: Send + Sync + 'static {
@@ -82,18 +94,50 @@ struct Pending<T: Target> {
     answer: oneshot::Sender<Result<T::Object, ApiError>>,
 }
 
-/// The edits waiting, per object that has a writer; an entry lives while its writer does.
-pub struct Batches<T: Target>(Arc<Mutex<HashMap<String, Vec<Pending<T>>>>>);
+/// The edits waiting, per object that has a writer (an entry lives while its writer does),
+/// and each object's budget of writes.
+pub struct Batches<T: Target>(Arc<Mutex<HashMap<String, Vec<Pending<T>>>>>, Budgets);
 
 impl<T: Target> Default for Batches<T> {
     fn default() -> Self {
-        Batches(Arc::default())
+        Batches(Arc::default(), Budgets::default())
     }
 }
 
 impl<T: Target> Clone for Batches<T> {
     fn clone(&self) -> Self {
-        Batches(Arc::clone(&self.0))
+        Batches(Arc::clone(&self.0), self.1.clone())
+    }
+}
+
+/// Each object's budget of writes: how many it may make now, and since when that holds.
+#[derive(Clone, Default)]
+struct Budgets(Arc<Mutex<HashMap<String, (f64, Instant)>>>);
+
+impl Budgets {
+    /// Takes one write of `key`'s budget: at once, or after waiting for it to refill (then
+    /// true).
+    async fn spend(&self, key: &str) -> bool {
+        let wait = {
+            let mut budgets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            let (rate, burst) = (f64::from(WRITES_PER_SECOND), f64::from(WRITE_BURST));
+            let refilled = |(left, at): (f64, Instant)| {
+                (left + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst)
+            };
+            if budgets.len() >= BUDGETS_KEPT && !budgets.contains_key(key) {
+                budgets.retain(|_, budget| refilled(*budget) < burst);
+            }
+            let left = budgets.get(key).copied().map_or(burst, refilled) - 1.0;
+            budgets.insert(key.to_owned(), (left, now));
+            // Below zero: the write waits until the budget is back at zero.
+            Duration::from_secs_f64((-left).max(0.0) / rate)
+        };
+        if wait.is_zero() {
+            return false;
+        }
+        tokio::time::sleep(wait).await;
+        true
     }
 }
 
@@ -139,6 +183,12 @@ impl<T: Target> Batches<T> {
         })
     }
 
+    /// The edits that came for `key`'s writer while it held a batch, which it goes on with.
+    fn take_more(&self, key: &str) -> Vec<Pending<T>> {
+        let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting.get_mut(key).map(std::mem::take).unwrap_or_default()
+    }
+
     /// The edits waiting for `key`'s writer, or none: then the writer is gone.
     fn take(&self, key: &str) -> Vec<Pending<T>> {
         let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -160,9 +210,13 @@ impl<T: Target> Writer<T> {
     /// Writes the edits waiting until there are none.
     async fn run(self, batches: Batches<T>, key: String) {
         loop {
-            let batch = batches.take(&key);
+            let mut batch = batches.take(&key);
             if batch.is_empty() {
                 return;
+            }
+            // Edits that arrive while the writer waits for its budget join this batch.
+            if batches.1.spend(&key).await {
+                batch.append(&mut batches.take_more(&key));
             }
             self.write(batch).await;
         }

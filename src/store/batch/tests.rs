@@ -227,3 +227,129 @@ fn an_edit_past_the_size_bound_is_refused_alone_and_one_that_shrinks_is_taken() 
     assert!(results[0].is_ok(), "{results:?}");
     assert_eq!(labels(&variants), ["c", "d"]);
 }
+
+/// An object in memory: a number, and the times it was written.
+#[derive(Clone, Default)]
+struct Counter {
+    value: Arc<Mutex<u32>>,
+    writes: Arc<Mutex<Vec<tokio::time::Instant>>>,
+}
+
+impl Target for Counter {
+    type Object = u32;
+    type Part = u32;
+    const WRITTEN: &'static str = "counter written";
+
+    async fn read(&self) -> Result<u32, ApiError> {
+        Ok(*self.value.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn part(object: &u32) -> &u32 {
+        object
+    }
+
+    fn set(object: &mut u32, part: u32) {
+        *object = part;
+    }
+
+    async fn write(&self, _: &u32, part: &u32) -> kube::Result<u32> {
+        *self.value.lock().unwrap_or_else(PoisonError::into_inner) = *part;
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        writes.push(tokio::time::Instant::now());
+        Ok(*part)
+    }
+
+    fn describe(&self) -> String {
+        "counter".into()
+    }
+
+    fn key(&self) -> String {
+        "counter".into()
+    }
+
+    fn owner(&self) -> (&str, &str) {
+        ("ns", "counter")
+    }
+}
+
+fn increment() -> Change<Counter> {
+    Box::new(|n: &u32| Ok(n + 1))
+}
+
+/// R52: an object is written at most [`WRITE_BURST`] times at once and then
+/// [`WRITES_PER_SECOND`] times a second, however often a caller asks (one edit after another);
+/// no edit is lost for it.
+#[tokio::test(start_paused = true)]
+async fn one_object_is_written_within_its_budget() {
+    let counter = Counter::default();
+    let batches = Batches::<Counter>::default();
+    let start = tokio::time::Instant::now();
+    let edits = 60;
+    for _ in 0..edits {
+        let edit = batches.edit(counter.clone(), Duration::from_secs(10), increment());
+        assert!(edit.await.is_ok());
+    }
+    let writes = counter
+        .writes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    assert_eq!(
+        writes.len(),
+        edits,
+        "each edit came alone, so each is a write"
+    );
+    let burst = usize::try_from(WRITE_BURST).unwrap_or(0);
+    let at_once = writes
+        .iter()
+        .filter(|t| t.duration_since(start) < Duration::from_millis(1));
+    assert_eq!(at_once.count(), burst, "the burst, at once");
+    let gap = Duration::from_secs(1) / WRITES_PER_SECOND;
+    for pair in writes[burst..].windows(2) {
+        assert!(
+            pair[1] - pair[0] >= gap - Duration::from_millis(1),
+            "{pair:?}"
+        );
+    }
+    assert_eq!(
+        *counter.value.lock().unwrap_or_else(PoisonError::into_inner),
+        60
+    );
+}
+
+/// R52: edits that arrive while a writer waits for its budget are written with it: a hundred
+/// callers at once past the burst cost a few writes, and each gets its own answer.
+#[tokio::test(start_paused = true)]
+async fn edits_that_wait_for_the_budget_are_written_together() {
+    let counter = Counter::default();
+    let batches = Batches::<Counter>::default();
+    for _ in 0..WRITE_BURST {
+        let edit = batches.edit(counter.clone(), Duration::from_secs(10), increment());
+        assert!(edit.await.is_ok());
+    }
+    let callers = (0..100).map(|_| {
+        let (counter, batches) = (counter.clone(), batches.clone());
+        tokio::spawn(async move {
+            let edit = batches.edit(counter, Duration::from_secs(10), increment());
+            edit.await.is_ok()
+        })
+    });
+    for caller in futures::future::join_all(callers).await {
+        assert!(matches!(caller, Ok(true)));
+    }
+    let writes = counter
+        .writes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .len();
+    let burst = usize::try_from(WRITE_BURST).unwrap_or(0);
+    assert!(
+        writes <= burst + 2,
+        "{} writes for 100 edits",
+        writes - burst
+    );
+    assert_eq!(
+        *counter.value.lock().unwrap_or_else(PoisonError::into_inner),
+        WRITE_BURST + 100
+    );
+}
