@@ -27,9 +27,15 @@ pub mod variant;
 /// Everything that can go wrong in mutantops, with a bounded label for metrics.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A setting from the command line or the environment is malformed.
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    /// A setting from the command line or the environment (or a limit the process runs
+    /// under) that cannot be used: which one, and why.
+    #[error("invalid configuration: {setting}: {problem}")]
+    Config {
+        /// The setting, as its user writes it (`MUTANT_API_ADDR`, `RLIMIT_NOFILE`).
+        setting: &'static str,
+        /// What is wrong with it, and how to put it right where that is not plain.
+        problem: String,
+    },
 
     /// No usable connection settings for the Kubernetes API (in cluster or kubeconfig): what
     /// was being read, and why it failed when another error says so.
@@ -83,6 +89,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// The setting `setting` cannot be used, because of `problem`.
+    pub fn config(setting: &'static str, problem: impl Into<String>) -> Self {
+        Error::Config {
+            setting,
+            problem: problem.into(),
+        }
+    }
+
     /// A configuration that cannot be used, said in `what`, with no error underneath.
     pub fn kube_config(what: impl Into<String>) -> Self {
         Error::KubeConfig {
@@ -112,7 +126,7 @@ impl Error {
             Error::Kube(kube::Error::Api(_)) | Error::Refused { .. } => "api",
             Error::MissingField { .. } => "invalid",
             Error::Kube(_)
-            | Error::Config(_)
+            | Error::Config { .. }
             | Error::KubeConfig { .. }
             | Error::Io(_)
             | Error::Serialize(_)
@@ -209,7 +223,7 @@ mod tests {
         assert!(!status(403, None).is_expected(), "RBAC refusals are faults");
         assert!(!status(409, None).is_expected());
         assert!(!status(500, Some("NamespaceTerminating")).is_expected());
-        assert!(!Error::Config("x".into()).is_expected());
+        assert!(!Error::config("X", "y").is_expected());
         assert!(!Error::kube_config("x").is_expected());
     }
 
@@ -223,6 +237,13 @@ mod tests {
         };
         assert_eq!(missing.to_string(), r#"Mutation "x" has no metadata.uid"#);
         assert_eq!(missing.metric_label(), "invalid");
+
+        let config = Error::config("POD_NAMESPACE", "not a namespace name: x");
+        assert_eq!(
+            config.to_string(),
+            "invalid configuration: POD_NAMESPACE: not a namespace name: x"
+        );
+        assert_eq!(config.metric_label(), "client");
 
         let io = std::io::Error::other("no such file");
         let err = Error::kube_config_from("kubeconfig /k", io);
