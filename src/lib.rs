@@ -83,9 +83,10 @@ pub enum Error {
         message: String,
     },
 
-    /// A step of the operator's own logic ended where it cannot (a defect, named).
+    /// A step of the operator's own logic ended where it cannot: a defect, named by a fixed
+    /// text.
     #[error("internal: {0}")]
-    Internal(String),
+    Internal(&'static str),
 }
 
 impl Error {

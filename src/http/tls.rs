@@ -42,9 +42,7 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         // ring supports both versions: a failure here is a defect of the build.
-        .map_err(|_| {
-            Error::Internal("the ring provider offers no TLS version rustls deems safe".into())
-        })?
+        .map_err(|_| Error::Internal("the ring provider offers no TLS version rustls deems safe"))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
