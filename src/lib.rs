@@ -148,7 +148,7 @@ impl From<kube::Error> for Error {
 /// being deleted (403 with cause `NamespaceTerminating`). Recognised by code and cause, never
 /// by message text. Such failures are logged at info, not warn.
 pub fn expected_api_error(err: &kube::Error) -> bool {
-    api_status_is(err, 404, None) || api_status_is(err, 403, Some("NamespaceTerminating"))
+    not_found(err) || api_status_is(err, 403, Some("NamespaceTerminating"))
 }
 
 /// Whether the API server answered `err` with `code` and, if given, `reason`: the status's
@@ -173,6 +173,25 @@ pub fn status_is(status: &kube::core::Status, code: u16, reason: Option<&str>) -
 /// Whether `err` is the API server's 409 `AlreadyExists`: a create found the name taken.
 pub fn already_exists(err: &kube::Error) -> bool {
     api_status_is(err, 409, Some("AlreadyExists"))
+}
+
+/// Whether the API server answered `err` with 404: there is no object of that name (any
+/// more).
+pub fn not_found(err: &kube::Error) -> bool {
+    api_status_is(err, 404, None)
+}
+
+/// Whether the API server answered `err` with 409: the name is taken, or the object is not
+/// the one the write was for any more (its resourceVersion moved on, or a uid precondition
+/// failed).
+pub fn conflict(err: &kube::Error) -> bool {
+    api_status_is(err, 409, None)
+}
+
+/// Whether the API server answered `err` with 403, whatever the cause: RBAC, a quota, an
+/// admission policy, a namespace being deleted.
+pub fn forbidden(err: &kube::Error) -> bool {
+    api_status_is(err, 403, None)
 }
 
 impl Error {
@@ -275,6 +294,13 @@ mod tests {
         assert!(!already_exists(&status(409, "Conflict")));
         assert!(!already_exists(&status(400, "AlreadyExists")));
         assert!(api_status_is(&status(404, "NotFound"), 404, None));
+        // told by the code alone, whatever the reason
+        assert!(not_found(&status(404, "Whatever")) && !not_found(&status(410, "Gone")));
+        assert!(conflict(&status(409, "AlreadyExists")) && conflict(&status(409, "Conflict")));
+        assert!(!conflict(&status(422, "Invalid")));
+        assert!(forbidden(&status(403, "Forbidden")) && !forbidden(&status(401, "Forbidden")));
+        let unreachable = kube::Error::Service(Box::new(std::io::Error::other("refused")));
+        assert!(!not_found(&unreachable) && !conflict(&unreachable) && !forbidden(&unreachable));
     }
 
     #[test]

@@ -308,7 +308,7 @@ async fn keep_revision(ctx: &Context, owner: &Owner, revision: &str, text: &str)
     };
     match api.create(&params, &object).await {
         Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) if crate::conflict(&err) => {}
         Err(err) => return Err(err.into()),
     }
     Ok(())
@@ -368,7 +368,7 @@ async fn prune_revisions(ctx: &Context, owner: &Owner, keep: &[Option<&str>]) ->
         }
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) if crate::not_found(&err) => {}
             Err(err) => return Err(err.into()),
         }
     }

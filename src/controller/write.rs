@@ -242,7 +242,7 @@ where
     };
     match api.delete(&stale.name, &params).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(err) if crate::not_found(&err) || crate::conflict(&err) => Ok(false),
         Err(err) => Err(err.into()),
     }
 }
