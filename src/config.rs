@@ -140,28 +140,29 @@ pub struct Config {
 impl Config {
     /// Reads the configuration through `lookup` (normally `std::env::var_os`).
     pub fn from_env(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Self> {
-        let text = |name: &str| -> Result<Option<String>> {
+        let text = |name: &'static str| -> Result<Option<String>> {
             match lookup(name) {
                 None => Ok(None),
                 Some(value) => value
                     .into_string()
                     .map(Some)
-                    .map_err(|_| Error::Config(format!("{name} is not valid UTF-8"))),
+                    .map_err(|_| Error::config(name, "not valid UTF-8")),
             }
         };
-        let addr = |name: &str, default: &str| -> Result<SocketAddr> {
+        let addr = |name: &'static str, default: &str| -> Result<SocketAddr> {
             let value = text(name)?.unwrap_or_else(|| default.to_string());
             value.trim().parse().map_err(|_| {
-                Error::Config(format!(
-                    "{name}={value:?} is not a socket address like {default}"
-                ))
+                Error::config(
+                    name,
+                    format!("{value:?} is not a socket address like {default}"),
+                )
             })
         };
-        let flag = |name: &str| -> Result<bool> {
+        let flag = |name: &'static str| -> Result<bool> {
             match text(name)? {
                 None => Ok(false),
                 Some(value) => parse_bool(&value)
-                    .ok_or_else(|| Error::Config(format!("{name}={value:?} is not true or false"))),
+                    .ok_or_else(|| Error::config(name, format!("{value:?} is not true or false"))),
             }
         };
         let api_insecure = flag("MUTANT_API_INSECURE")?;
@@ -170,9 +171,10 @@ impl Config {
             None | Some("" | "text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
             Some(other) => {
-                return Err(Error::Config(format!(
-                    "MUTANT_LOG_FORMAT={other:?} is not text or json"
-                )));
+                return Err(Error::config(
+                    "MUTANT_LOG_FORMAT",
+                    format!("{other:?} is not text or json"),
+                ));
             }
         };
         let api_token = text("MUTANT_API_TOKEN")?
@@ -182,10 +184,13 @@ impl Config {
         if let Some(token) = &api_token {
             let length = token.expose().chars().count();
             if length < MIN_ADMIN_TOKEN {
-                return Err(Error::Config(format!(
-                    "MUTANT_API_TOKEN is {length} characters: the admin token must be at least \
-                     {MIN_ADMIN_TOKEN} (make one with `openssl rand -hex 32`)"
-                )));
+                return Err(Error::config(
+                    "MUTANT_API_TOKEN",
+                    format!(
+                        "{length} characters long: the admin token must be at least \
+                         {MIN_ADMIN_TOKEN} (make one with `openssl rand -hex 32`)"
+                    ),
+                ));
             }
         }
         let watch_namespace = text("MUTANT_WATCH_NAMESPACE")?
@@ -193,9 +198,10 @@ impl Config {
             .filter(|n| !n.is_empty());
         if let Some(ns) = &watch_namespace {
             crate::variant::validate_label(ns).map_err(|e| {
-                Error::Config(format!(
-                    "MUTANT_WATCH_NAMESPACE is not a namespace name: {e}"
-                ))
+                Error::config(
+                    "MUTANT_WATCH_NAMESPACE",
+                    format!("not a namespace name: {e}"),
+                )
             })?;
         }
         let api_namespaces = match text("MUTANT_API_NAMESPACES")? {
@@ -209,31 +215,36 @@ impl Config {
                     .collect();
                 for name in &names {
                     crate::variant::validate_label(name).map_err(|e| {
-                        Error::Config(format!(
-                            "MUTANT_API_NAMESPACES: {name:?} is not a namespace name: {e}"
-                        ))
+                        Error::config(
+                            "MUTANT_API_NAMESPACES",
+                            format!("{name:?} is not a namespace name: {e}"),
+                        )
                     })?;
                     if let Some(watched) = &watch_namespace
                         && watched != name
                     {
-                        return Err(Error::Config(format!(
-                            "MUTANT_API_NAMESPACES names {name:?}, which the operator does not \
-                             watch (MUTANT_WATCH_NAMESPACE={watched:?}): the API serves only what \
-                             the operator watches"
-                        )));
+                        return Err(Error::config(
+                            "MUTANT_API_NAMESPACES",
+                            format!(
+                                "{name:?} is a namespace the operator does not watch \
+                                 (MUTANT_WATCH_NAMESPACE={watched:?}): the API serves only what \
+                                 the operator watches"
+                            ),
+                        ));
                     }
                 }
                 (!names.is_empty()).then_some(names)
             }
         };
-        let whole = |name: &str, default: u64, min: u64, max: u64| -> Result<u64> {
+        let whole = |name: &'static str, default: u64, min: u64, max: u64| -> Result<u64> {
             match text(name)? {
                 None => Ok(default),
                 Some(value) => match value.trim().parse::<u64>() {
                     Ok(n) if (min..=max).contains(&n) => Ok(n),
-                    _ => Err(Error::Config(format!(
-                        "{name}={value:?} is not a whole number from {min} to {max}"
-                    ))),
+                    _ => Err(Error::config(
+                        name,
+                        format!("{value:?} is not a whole number from {min} to {max}"),
+                    )),
                 },
             }
         };
@@ -283,7 +294,7 @@ impl Config {
             .filter(|n| !n.is_empty());
         if let Some(ns) = &pod_namespace {
             crate::variant::validate_label(ns).map_err(|e| {
-                Error::Config(format!("POD_NAMESPACE is not a namespace name: {e}"))
+                Error::config("POD_NAMESPACE", format!("not a namespace name: {e}"))
             })?;
         }
         let pod_name = text("POD_NAME")?
@@ -294,9 +305,10 @@ impl Config {
             .filter(|n| !n.is_empty());
         if let Some(name) = &pod_service_account {
             crate::variant::validate_name(name).map_err(|e| {
-                Error::Config(format!(
-                    "POD_SERVICE_ACCOUNT is not a ServiceAccount name: {e}"
-                ))
+                Error::config(
+                    "POD_SERVICE_ACCOUNT",
+                    format!("not a ServiceAccount name: {e}"),
+                )
             })?;
         }
         let hostname = text("HOSTNAME")?
@@ -307,13 +319,14 @@ impl Config {
             Some(value) => match value.trim().parse::<u64>() {
                 Ok(secs) if (2..=i32::MAX as u64).contains(&secs) => Duration::from_secs(secs),
                 _ => {
-                    return Err(Error::Config(format!(
-                        "MUTANT_LEASE_DURATION_SECONDS={value:?} is not a whole number of seconds, at least 2"
-                    )));
+                    return Err(Error::config(
+                        "MUTANT_LEASE_DURATION_SECONDS",
+                        format!("{value:?} is not a whole number of seconds, at least 2"),
+                    ));
                 }
             },
         };
-        let path = |name: &str| -> Result<Option<PathBuf>> {
+        let path = |name: &'static str| -> Result<Option<PathBuf>> {
             Ok(text(name)?
                 .map(|p| p.trim().to_string())
                 .filter(|p| !p.is_empty())
@@ -326,27 +339,31 @@ impl Config {
             (None, None) => None,
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
             (Some(_), None) => {
-                return Err(Error::Config(
-                    "MUTANT_API_TLS_CERT_FILE is set but MUTANT_API_TLS_KEY_FILE is not: set \
-                     both for HTTPS, or neither for HTTP"
-                        .to_owned(),
+                return Err(Error::config(
+                    "MUTANT_API_TLS_CERT_FILE",
+                    "set but MUTANT_API_TLS_KEY_FILE is not: set both for HTTPS, or neither for \
+                     HTTP",
                 ));
             }
             (None, Some(_)) => {
-                return Err(Error::Config(
-                    "MUTANT_API_TLS_KEY_FILE is set but MUTANT_API_TLS_CERT_FILE is not: set \
-                     both for HTTPS, or neither for HTTP"
-                        .to_owned(),
+                return Err(Error::config(
+                    "MUTANT_API_TLS_KEY_FILE",
+                    "set but MUTANT_API_TLS_CERT_FILE is not: set both for HTTPS, or neither for \
+                     HTTP",
                 ));
             }
         };
         let api_addr = addr("MUTANT_API_ADDR", DEFAULT_API_ADDR)?;
         if api_insecure && !api_addr.ip().is_loopback() && !insecure_remote {
-            return Err(Error::Config(format!(
-                "MUTANT_API_INSECURE=true serves the API without auth, and MUTANT_API_ADDR={api_addr} \
-                 is not a loopback address: anyone who reaches it would be admin. Listen on \
-                 127.0.0.1, or set MUTANT_API_INSECURE_ALLOW_REMOTE=true as well if that is meant"
-            )));
+            return Err(Error::config(
+                "MUTANT_API_INSECURE",
+                format!(
+                    "true serves the API without auth, and MUTANT_API_ADDR={api_addr} is not a \
+                     loopback address: anyone who reaches it would be admin. Listen on \
+                     127.0.0.1, or set MUTANT_API_INSECURE_ALLOW_REMOTE=true as well if that is \
+                     meant"
+                ),
+            ));
         }
         Ok(Config {
             api_tls,

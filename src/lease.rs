@@ -309,7 +309,7 @@ impl Elector {
                 *held = Some(lease);
                 Ok(Attempt::Leading)
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::Lost),
+            Err(err) if crate::conflict(&err) => Ok(Attempt::Lost),
             Err(err) => Err(err.into()),
         }
     }
@@ -334,7 +334,7 @@ impl Elector {
         {
             Ok(_) => Ok(()),
             // Someone else wrote it meanwhile: it is no longer ours to release.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(err) if crate::conflict(&err) => Ok(()),
             Err(err) => Err(err.into()),
         }
     }

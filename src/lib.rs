@@ -27,9 +27,15 @@ pub mod variant;
 /// Everything that can go wrong in mutantops, with a bounded label for metrics.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A setting from the command line or the environment is malformed.
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    /// A setting from the command line or the environment (or a limit the process runs
+    /// under) that cannot be used: which one, and why.
+    #[error("invalid configuration: {setting}: {problem}")]
+    Config {
+        /// The setting, as its user writes it (`MUTANT_API_ADDR`, `RLIMIT_NOFILE`).
+        setting: &'static str,
+        /// What is wrong with it, and how to put it right where that is not plain.
+        problem: String,
+    },
 
     /// No usable connection settings for the Kubernetes API (in cluster or kubeconfig): what
     /// was being read, and why it failed when another error says so.
@@ -77,12 +83,21 @@ pub enum Error {
         message: String,
     },
 
-    /// A step of the operator's own logic ended where it cannot (a defect, named).
+    /// A step of the operator's own logic ended where it cannot: a defect, named by a fixed
+    /// text.
     #[error("internal: {0}")]
-    Internal(String),
+    Internal(&'static str),
 }
 
 impl Error {
+    /// The setting `setting` cannot be used, because of `problem`.
+    pub fn config(setting: &'static str, problem: impl Into<String>) -> Self {
+        Error::Config {
+            setting,
+            problem: problem.into(),
+        }
+    }
+
     /// A configuration that cannot be used, said in `what`, with no error underneath.
     pub fn kube_config(what: impl Into<String>) -> Self {
         Error::KubeConfig {
@@ -112,7 +127,7 @@ impl Error {
             Error::Kube(kube::Error::Api(_)) | Error::Refused { .. } => "api",
             Error::MissingField { .. } => "invalid",
             Error::Kube(_)
-            | Error::Config(_)
+            | Error::Config { .. }
             | Error::KubeConfig { .. }
             | Error::Io(_)
             | Error::Serialize(_)
@@ -133,7 +148,7 @@ impl From<kube::Error> for Error {
 /// being deleted (403 with cause `NamespaceTerminating`). Recognised by code and cause, never
 /// by message text. Such failures are logged at info, not warn.
 pub fn expected_api_error(err: &kube::Error) -> bool {
-    api_status_is(err, 404, None) || api_status_is(err, 403, Some("NamespaceTerminating"))
+    not_found(err) || api_status_is(err, 403, Some("NamespaceTerminating"))
 }
 
 /// Whether the API server answered `err` with `code` and, if given, `reason`: the status's
@@ -158,6 +173,25 @@ pub fn status_is(status: &kube::core::Status, code: u16, reason: Option<&str>) -
 /// Whether `err` is the API server's 409 `AlreadyExists`: a create found the name taken.
 pub fn already_exists(err: &kube::Error) -> bool {
     api_status_is(err, 409, Some("AlreadyExists"))
+}
+
+/// Whether the API server answered `err` with 404: there is no object of that name (any
+/// more).
+pub fn not_found(err: &kube::Error) -> bool {
+    api_status_is(err, 404, None)
+}
+
+/// Whether the API server answered `err` with 409: the name is taken, or the object is not
+/// the one the write was for any more (its resourceVersion moved on, or a uid precondition
+/// failed).
+pub fn conflict(err: &kube::Error) -> bool {
+    api_status_is(err, 409, None)
+}
+
+/// Whether the API server answered `err` with 403, whatever the cause: RBAC, a quota, an
+/// admission policy, a namespace being deleted.
+pub fn forbidden(err: &kube::Error) -> bool {
+    api_status_is(err, 403, None)
 }
 
 impl Error {
@@ -209,7 +243,7 @@ mod tests {
         assert!(!status(403, None).is_expected(), "RBAC refusals are faults");
         assert!(!status(409, None).is_expected());
         assert!(!status(500, Some("NamespaceTerminating")).is_expected());
-        assert!(!Error::Config("x".into()).is_expected());
+        assert!(!Error::config("X", "y").is_expected());
         assert!(!Error::kube_config("x").is_expected());
     }
 
@@ -223,6 +257,13 @@ mod tests {
         };
         assert_eq!(missing.to_string(), r#"Mutation "x" has no metadata.uid"#);
         assert_eq!(missing.metric_label(), "invalid");
+
+        let config = Error::config("POD_NAMESPACE", "not a namespace name: x");
+        assert_eq!(
+            config.to_string(),
+            "invalid configuration: POD_NAMESPACE: not a namespace name: x"
+        );
+        assert_eq!(config.metric_label(), "client");
 
         let io = std::io::Error::other("no such file");
         let err = Error::kube_config_from("kubeconfig /k", io);
@@ -253,6 +294,13 @@ mod tests {
         assert!(!already_exists(&status(409, "Conflict")));
         assert!(!already_exists(&status(400, "AlreadyExists")));
         assert!(api_status_is(&status(404, "NotFound"), 404, None));
+        // told by the code alone, whatever the reason
+        assert!(not_found(&status(404, "Whatever")) && !not_found(&status(410, "Gone")));
+        assert!(conflict(&status(409, "AlreadyExists")) && conflict(&status(409, "Conflict")));
+        assert!(!conflict(&status(422, "Invalid")));
+        assert!(forbidden(&status(403, "Forbidden")) && !forbidden(&status(401, "Forbidden")));
+        let unreachable = kube::Error::Service(Box::new(std::io::Error::other("refused")));
+        assert!(!not_found(&unreachable) && !conflict(&unreachable) && !forbidden(&unreachable));
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub async fn run(config: Config) -> Result<()> {
         metrics: admin::METRICS_MAX_CONNECTIONS,
     };
     let caps = http::descriptors::fit_process(wanted)
-        .map_err(|too_few| crate::Error::Config(too_few.to_string()))?;
+        .map_err(|too_few| crate::Error::config("RLIMIT_NOFILE", too_few.to_string()))?;
     let health = connect::Health::default();
     let watch_stale_after = Some(config.watch_stale_after);
     let client = connect::client_with_health(USER_AGENT, &health, watch_stale_after).await?;

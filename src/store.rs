@@ -153,9 +153,9 @@ impl Store {
         };
         match overdue::write(api.create(&params, m)).await {
             Ok(created) => Ok(created),
-            Err(kube::Error::Api(status)) if status.code == 409 => Err(ApiError::conflict(
-                format!("mutation {ns}/{name} already exists"),
-            )),
+            Err(err) if crate::conflict(&err) => Err(ApiError::conflict(format!(
+                "mutation {ns}/{name} already exists"
+            ))),
             Err(err) => Err(err.into()),
         }
     }
@@ -178,12 +178,17 @@ impl Store {
         };
         match overdue::write(api.delete(name, &params)).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Err(ApiError::not_found(
-                format!("mutation {ns}/{name} not found"),
-            )),
-            Err(kube::Error::Api(status)) if status.code == 409 => Err(ApiError::conflict(
-                format!("mutation {ns}/{name} changed meanwhile: {}", status.message),
-            )),
+            Err(err) if crate::not_found(&err) => Err(ApiError::not_found(format!(
+                "mutation {ns}/{name} not found"
+            ))),
+            // The uid precondition failed (a new Mutation of that name): the server's message
+            // names both uids.
+            Err(kube::Error::Api(status)) if crate::status_is(&status, 409, None) => {
+                Err(ApiError::conflict(format!(
+                    "mutation {ns}/{name} changed meanwhile: {}",
+                    status.message
+                )))
+            }
             Err(err) => Err(err.into()),
         }
     }
@@ -205,11 +210,9 @@ impl Store {
         };
         match overdue::write(api.patch(name, &params, &Patch::Merge(&patch))).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                Err(ApiError::conflict(format!(
-                    "mutation {ns}/{name} changed meanwhile; read its status.rollout and try again"
-                )))
-            }
+            Err(err) if crate::conflict(&err) => Err(ApiError::conflict(format!(
+                "mutation {ns}/{name} changed meanwhile; read its status.rollout and try again"
+            ))),
             Err(err) => Err(err.into()),
         }
     }

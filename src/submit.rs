@@ -83,13 +83,14 @@ pub async fn dry_run_of<K: Resource<DynamicType = ()>>(
 ) -> DryRun {
     match post_to::<K, IgnoredAny>(client, namespace, object, true).await {
         Ok(_) => DryRun::Accepted,
+        // Never a refusal of `classify`: the object is valid, and its name taken.
+        Err(err) if crate::conflict(&err) => DryRun::Taken,
         Err(kube::Error::Api(status)) => match variant::classify(&status) {
             Some(refusal) => DryRun::Refused {
                 refusal,
                 code: status.code,
                 message: variant::server_message(&status.message),
             },
-            None if status.code == 409 => DryRun::Taken,
             None => DryRun::Unknown,
         },
         Err(_) => DryRun::Unknown,

@@ -83,7 +83,7 @@ fn a_short_admin_token_or_remote_insecure_api_is_refused_at_start() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(
-        text.contains("MUTANT_API_TOKEN is 7 characters") && text.contains("at least 32"),
+        text.contains("MUTANT_API_TOKEN: 7 characters") && text.contains("at least 32"),
         "{text}"
     );
     assert!(

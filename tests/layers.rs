@@ -31,6 +31,9 @@ const LIB_ITEMS: &[&str] = &[
     "api_status_is",
     "status_is",
     "already_exists",
+    "not_found",
+    "conflict",
+    "forbidden",
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -151,7 +151,7 @@ fn a_short_admin_token_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("MUTANT_API_TOKEN is 1 characters") && e.contains("at least 32"),
+        e.contains("MUTANT_API_TOKEN: 1 characters") && e.contains("at least 32"),
         "{e}"
     );
     let short = "s".repeat(31);

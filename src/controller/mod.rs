@@ -221,7 +221,7 @@ fn watch_expired<E>(
     matches!(
         err,
         kube::runtime::controller::Error::QueueError(kube::runtime::watcher::Error::WatchError(status))
-            if status.code == 410
+            if crate::status_is(status, 410, None)
     )
 }
 

@@ -430,9 +430,7 @@ async fn write_variant(
         },
         Done::BaseRejected(reason) => Written::BaseRejected(reason),
         Done::Failed => {
-            return Err(crate::Error::Internal(
-                "the step machine ended in failure without an error".into(),
-            ));
+            return Err(crate::Error::Internal(write::FAILED_WITHOUT_ERROR));
         }
     })
 }

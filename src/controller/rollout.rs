@@ -12,7 +12,11 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use k8s_openapi::{api::apps::v1::ControllerRevision, jiff::Timestamp};
+use k8s_openapi::{
+    api::apps::v1::ControllerRevision,
+    apimachinery::pkg::{apis::meta::v1::ObjectMeta, runtime::RawExtension},
+    jiff::Timestamp,
+};
 use kube::{
     Api,
     api::{DeleteParams, ListParams, PostParams},
@@ -282,32 +286,28 @@ fn revision_name(owner: &Owner, revision: &str) -> String {
 /// the revision first appears (one made already answers 409, which is as good).
 async fn keep_revision(ctx: &Context, owner: &Owner, revision: &str, text: &str) -> Result<()> {
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let object: ControllerRevision = serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "ControllerRevision",
-        "metadata": {
-            "name": revision_name(owner, revision),
-            "namespace": owner.namespace,
-            "labels": {
-                OWNER_LABEL: owner.name,
-                KIND_LABEL: owner.kind.label_value(),
-                REVISION_LABEL: revision,
-            },
-            "ownerReferences": owner.owner_references_json(),
+    let object = ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(revision_name(owner, revision)),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (OWNER_LABEL.to_owned(), owner.name.clone()),
+                (KIND_LABEL.to_owned(), owner.kind.label_value().to_owned()),
+                (REVISION_LABEL.to_owned(), revision.to_owned()),
+            ])),
+            owner_references: Some(vec![owner.owner_reference()]),
+            ..ObjectMeta::default()
         },
-        "data": { "base": text },
-        "revision": Timestamp::now().as_second(),
-    }))
-    .map_err(|e| {
-        crate::Error::Internal(format!("a ControllerRevision that does not decode: {e}"))
-    })?;
+        data: Some(RawExtension(json!({ "base": text }))),
+        revision: Timestamp::now().as_second(),
+    };
     let params = PostParams {
         field_manager: Some(variant::FIELD_MANAGER.into()),
         ..PostParams::default()
     };
     match api.create(&params, &object).await {
         Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) if crate::conflict(&err) => {}
         Err(err) => return Err(err.into()),
     }
     Ok(())
@@ -367,7 +367,7 @@ async fn prune_revisions(ctx: &Context, owner: &Owner, keep: &[Option<&str>]) ->
         }
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) if crate::not_found(&err) => {}
             Err(err) => return Err(err.into()),
         }
     }

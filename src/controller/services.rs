@@ -196,9 +196,7 @@ async fn serve(
             Outcome::NotServed(VariantState::Invalid, refused(&message))
         }
         Done::Failed => {
-            return Err(crate::Error::Internal(
-                "the step machine ended in failure without an error".into(),
-            ));
+            return Err(crate::Error::Internal(write::FAILED_WITHOUT_ERROR));
         }
     })
 }

@@ -52,6 +52,10 @@ pub(super) trait Writes {
     async fn probe_base(&self, client: &Client) -> Option<String>;
 }
 
+/// The defect of a [`Driven`] whose `done` is [`Done::Failed`], which [`drive`] returns as
+/// its `Err` instead.
+pub(super) const FAILED_WITHOUT_ERROR: &str = "the step machine ended in failure without an error";
+
 /// How one object's steps ended ([`drive`]): the machine's last word, the object as it now
 /// is, and whether this reconcile created it.
 pub(super) struct Driven<O> {
@@ -78,11 +82,9 @@ pub(super) async fn drive<W: Writes>(
     loop {
         let outcome = match &next {
             Next::Done(Done::Failed) => {
-                return Err(failure.unwrap_or_else(|| {
-                    Error::Internal(
-                        "an object's writes ended in failure with no error to report".into(),
-                    )
-                }));
+                return Err(failure.unwrap_or(Error::Internal(
+                    "an object's writes ended in failure with no error to report",
+                )));
             }
             Next::Done(done) => {
                 let done = done.clone();
@@ -240,7 +242,7 @@ where
     };
     match api.delete(&stale.name, &params).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(err) if crate::not_found(&err) || crate::conflict(&err) => Ok(false),
         Err(err) => Err(err.into()),
     }
 }

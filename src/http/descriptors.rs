@@ -32,7 +32,8 @@ pub struct Caps {
     pub metrics: usize,
 }
 
-/// Why the caps could not be fitted.
+/// Why the caps could not be fitted: the limit is too low. Its text is what is wrong with
+/// `RLIMIT_NOFILE`, which the start-up error names as the setting.
 #[derive(Debug, PartialEq, Eq)]
 pub struct TooFew {
     /// The descriptor limit.
@@ -43,7 +44,7 @@ impl std::fmt::Display for TooFew {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "the process may open only {} files (RLIMIT_NOFILE), and needs at least {}: {} for its \
+            "the process may open only {} files, and needs at least {}: {} for its \
              own connections and files and {} for each listener; raise it (`ulimit -n`, or the \
              container runtime's default)",
             self.limit,

@@ -73,44 +73,44 @@ impl From<kube::Error> for ApiError {
     /// the server asking to slow down (429) is passed on as 429; the rest is the server's or
     /// the network's, 502/503.
     fn from(err: kube::Error) -> Self {
-        match err {
-            kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
-                ApiError::bad_request(format!(
-                    "rejected by the Kubernetes API: {}",
-                    status.message
-                ))
+        // What a controller meets in normal operation (`expected_api_error`): past the 404,
+        // matched first below, a namespace being deleted.
+        let terminating = crate::expected_api_error(&err);
+        let status = match err {
+            kube::Error::Api(status) => status,
+            other => {
+                tracing::warn!(error = %crate::error_chain(&other), "kubernetes api unreachable");
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the Kubernetes API is unreachable",
+                );
             }
-            kube::Error::Api(status) if status.code == 404 => ApiError::not_found(status.message),
-            kube::Error::Api(status) if status.code == 409 => ApiError::conflict(status.message),
-            kube::Error::Api(status) if status.code == 429 => {
-                tracing::info!(message = %status.message, "the kubernetes api asks to slow down");
+        };
+        let kube::core::Status { code, message, .. } = *status;
+        match code {
+            400 | 422 => {
+                ApiError::bad_request(format!("rejected by the Kubernetes API: {message}"))
+            }
+            404 => ApiError::not_found(message),
+            409 => ApiError::conflict(message),
+            429 => {
+                tracing::info!(message = %message, "the kubernetes api asks to slow down");
                 ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
-                    format!("the Kubernetes API is busy: {}", status.message),
+                    format!("the Kubernetes API is busy: {message}"),
                 )
             }
-            // The namespace is being deleted: the request conflicts with that, and it is no
-            // fault of the operator's or the server's.
-            err @ kube::Error::Api(_) if crate::expected_api_error(&err) => {
-                let message = match &err {
-                    kube::Error::Api(status) => status.message.clone(),
-                    _ => String::new(),
-                };
+            // The request conflicts with the namespace's deletion, and it is no fault of the
+            // operator's or the server's.
+            _ if terminating => {
                 tracing::info!(message, "the namespace is being deleted");
                 ApiError::conflict(message)
             }
-            kube::Error::Api(status) => {
-                tracing::warn!(code = status.code, message = %status.message, "kubernetes api error");
+            _ => {
+                tracing::warn!(code, message = %message, "kubernetes api error");
                 ApiError::new(
                     StatusCode::BAD_GATEWAY,
-                    format!("kubernetes api: {}", status.message),
-                )
-            }
-            other => {
-                tracing::warn!(error = %crate::error_chain(&other), "kubernetes api unreachable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the Kubernetes API is unreachable",
+                    format!("kubernetes api: {message}"),
                 )
             }
         }
@@ -162,5 +162,35 @@ mod tests {
                     .is_none()
             );
         }
+    }
+
+    // R24: the API server's answers by their code, a namespace being deleted by its cause,
+    // and no answer at all.
+    #[test]
+    fn answers_of_the_api_server_map_by_code() {
+        for (code, want) in [
+            (400, StatusCode::BAD_REQUEST),
+            (422, StatusCode::BAD_REQUEST),
+            (404, StatusCode::NOT_FOUND),
+            (409, StatusCode::CONFLICT),
+            (403, StatusCode::BAD_GATEWAY),
+            (503, StatusCode::BAD_GATEWAY),
+        ] {
+            let err = server_says(code);
+            assert_eq!(err.0, want, "{code}");
+            assert!(err.1.contains("message of the server"), "{code}: {}", err.1);
+        }
+        let mut status = kube::core::Status::failure("namespace ends", "Forbidden").with_code(403);
+        status.details = serde_json::from_value(serde_json::json!({
+            "causes": [{"reason": "NamespaceTerminating"}]
+        }))
+        .ok();
+        let terminating = ApiError::from(kube::Error::Api(Box::new(status)));
+        assert_eq!(terminating.0, StatusCode::CONFLICT);
+        let unreachable = kube::Error::Service(Box::new(std::io::Error::other("refused")));
+        assert_eq!(
+            ApiError::from(unreachable).0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
 }

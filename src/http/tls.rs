@@ -41,7 +41,8 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
     let resolver = Reloading::new(files.clone(), Arc::clone(&provider), CHECK_EVERY)?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Config(format!("TLS: {e}")))?
+        // ring supports both versions: a failure here is a defect of the build.
+        .map_err(|_| Error::Internal("the ring provider offers no TLS version rustls deems safe"))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -96,7 +97,7 @@ struct Current {
 impl Reloading {
     fn new(files: TlsFiles, provider: Arc<CryptoProvider>, check_every: Duration) -> Result<Self> {
         let seen = stamps(&files);
-        let key = load(&files, &provider).map_err(Error::Config)?;
+        let key = load(&files, &provider)?;
         Ok(Reloading {
             files,
             provider,
@@ -139,35 +140,44 @@ impl ResolvesServerCert for Reloading {
     }
 }
 
+/// The settings of the two files, which an error names.
+const CERT: &str = "MUTANT_API_TLS_CERT_FILE";
+const KEY: &str = "MUTANT_API_TLS_KEY_FILE";
+
+/// The file `path` of `setting` cannot be used, because of `why`.
+fn unusable(setting: &'static str, path: &Path, why: &dyn std::fmt::Display) -> Error {
+    Error::config(setting, format!("{}: {why}", path.display()))
+}
+
 /// Reads and checks the pair: a chain of at least one certificate, a private key of a kind
-/// ring signs with, and the key matching the first certificate.
-fn load(
-    files: &TlsFiles,
-    provider: &CryptoProvider,
-) -> std::result::Result<Arc<CertifiedKey>, String> {
-    let named = |var: &str, path: &Path| format!("{var} {}", path.display());
-    let cert_name = named("MUTANT_API_TLS_CERT_FILE", &files.cert);
-    let key_name = named("MUTANT_API_TLS_KEY_FILE", &files.key);
-    let pem = std::fs::read(&files.cert).map_err(|e| format!("{cert_name}: {e}"))?;
+/// ring signs with, and the key matching the first certificate. A failure is the setting of
+/// the file at fault, with the file's path.
+fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>> {
+    let pem = std::fs::read(&files.cert).map_err(|e| unusable(CERT, &files.cert, &e))?;
     let chain = CertificateDer::pem_slice_iter(&pem)
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| format!("{cert_name}: {e}"))?;
+        .map_err(|e| unusable(CERT, &files.cert, &e))?;
     if chain.is_empty() {
-        return Err(format!("{cert_name}: no PEM CERTIFICATE block"));
+        return Err(unusable(CERT, &files.cert, &"no PEM CERTIFICATE block"));
     }
-    let pem = std::fs::read(&files.key).map_err(|e| format!("{key_name}: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| format!("{key_name}: {e}"))?;
+    let pem = std::fs::read(&files.key).map_err(|e| unusable(KEY, &files.key, &e))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(KEY, &files.key, &e))?;
     let signing = provider
         .key_provider
         .load_private_key(key)
-        .map_err(|e| format!("{key_name}: {e}"))?;
+        .map_err(|e| unusable(KEY, &files.key, &e))?;
     let certified = CertifiedKey::new(chain, signing);
     match certified.keys_match() {
         // ring cannot tell for every kind of key: then the handshake is the test.
         Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
         Err(e) => {
-            return Err(format!(
-                "{key_name} is not the key of the certificate in {cert_name}: {e}"
+            return Err(Error::config(
+                KEY,
+                format!(
+                    "{} is not the key of the certificate in {CERT} {}: {e}",
+                    files.key.display(),
+                    files.cert.display()
+                ),
             ));
         }
     }

@@ -251,7 +251,7 @@ impl<T: Target> Writer<T> {
                     }
                     return answer(batch, results, &written);
                 }
-                Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                Ok(Err(err)) if crate::conflict(&err) => {
                     let (namespace, name) = self.target.owner();
                     let what = self.target.describe();
                     tracing::debug!(namespace, name, attempt, "resourceVersion conflict: {what}");

@@ -52,7 +52,7 @@ async fn namespace_label(client: &Client, namespace: &str) -> Result<NamespaceLa
                 version: labels.remove(ENFORCE_VERSION_LABEL),
             })
         }
-        Err(kube::Error::Api(status)) if status.code == 403 => Ok(NamespaceLabel::Unreadable(
+        Err(err) if crate::forbidden(&err) => Ok(NamespaceLabel::Unreadable(
             "the API server answered 403: it may not get namespaces".to_owned(),
         )),
         Err(err) => Err(err),

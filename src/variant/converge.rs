@@ -200,7 +200,7 @@ pub fn answered(last: &Next, status: &kube::core::Status) -> Outcome {
     // field): the object changed since it was read, never the variant's fault; a retry reads
     // it again (CI saw one marked Invalid this way, under load, when the Deployment
     // controller wrote its status between the cache and the hand-over).
-    if *last == Next::HandOver && status.code == 422 {
+    if *last == Next::HandOver && crate::status_is(status, 422, None) {
         return Outcome::Failed;
     }
     match classify(status) {
