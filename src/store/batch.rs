@@ -36,9 +36,9 @@ use crate::http::{
 pub const MAX_ATTEMPTS: usize = 20;
 
 /// Writes of one object a second, over time: the budget a writer's writes are held to (R52).
-pub const WRITES_PER_SECOND: u32 = 5;
+pub const WRITES_PER_SECOND: u32 = 20;
 /// Writes of one object at once, before [`WRITES_PER_SECOND`] holds them back.
-pub const WRITE_BURST: u32 = 20;
+pub const WRITE_BURST: u32 = 100;
 /// Objects whose budget is remembered; beyond it, those whose budget is whole are forgotten.
 const BUDGETS_KEPT: usize = 1024;
 

@@ -32,7 +32,15 @@ pub const LAYERS: &[&[&str]] = &[
 pub const ROOMS: &[(&str, &[&str])] = &[
     (
         "cache",
-        &["backoff", "state", "index", "stale", "parsed", "reflect", "generated"],
+        &[
+            "backoff",
+            "state",
+            "index",
+            "stale",
+            "parsed",
+            "reflect",
+            "generated",
+        ],
     ),
     (
         "crd",
