@@ -71,7 +71,7 @@ pub enum Error {
 
     /// Serialising an object failed.
     #[error("serialize")]
-    Serialize(#[source] serde_norway::Error),
+    Serialize(#[source] serde_json::Error),
 
     /// A write of a Mutation or of its Secrets that the store refused or could not make: the
     /// HTTP status it would answer a caller with, and why.
