@@ -269,6 +269,14 @@ impl Scene {
         self.writers.secret(secret(&name, registry.to_data()));
     }
 
+    /// The value of the metrics' `series`.
+    fn counted(&self, series: &str) -> u64 {
+        let metrics = self.ctx.metrics.encode_text();
+        let line = metrics.lines().find_map(|l| l.strip_prefix(series));
+        let value = line.and_then(|v| v.trim().parse().ok());
+        value.unwrap_or_else(|| panic!("no {series} in {metrics}"))
+    }
+
     /// One reconcile of `m`: what it returned, and the requests it made, the Events apart.
     async fn reconcile(&self, m: &Mutation) -> (Action, Requests) {
         let action = reconcile::<Mutation>(Arc::new(m.clone()), self.ctx.clone())

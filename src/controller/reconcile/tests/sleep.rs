@@ -6,6 +6,9 @@ use super::super::super::context::RESYNC_AFTER;
 use super::*;
 use crate::crd::{SleepState, VariantState, WakeCause};
 
+/// The series of the wakes by a poll.
+const WAKES_BY_POLL: &str = "mutantops_variant_wakes_total{cause=\"poll\"}";
+
 /// Variant `lobby` of two instances, asleep with its device `board-1`.
 fn sleeping() -> Mutation {
     let sleep = json!({"idleAfter": "10m", "warmup": "30s", "keepWarm": "90s"});
@@ -87,6 +90,7 @@ async fn an_unused_variant_is_idled_and_a_poll_wakes_it() {
         ),
         on("PATCH", format!("{MUTATION}/status"), stored(&m)),
     ]);
+    let wakes = scene.counted(WAKES_BY_POLL);
     let (action, asked) = scene.reconcile(&m).await;
     assert_eq!(asked.lines(), [apply("web-lobby"), status_applied()]);
     assert_eq!(asked.body(&apply("web-lobby"))["spec"]["replicas"], 2);
@@ -103,11 +107,8 @@ async fn an_unused_variant_is_idled_and_a_poll_wakes_it() {
     );
     assert_eq!(sleep.wakes, std::slice::from_ref(&sleep.since));
     assert!(asked.events.is_empty(), "{asked:?}");
-    let metrics = scene.ctx.metrics.encode_text();
-    assert!(
-        metrics.contains("mutantops_variant_wakes_total{cause=\"poll\"} 1\n"),
-        "{metrics}"
-    );
+    let woken = scene.counted(WAKES_BY_POLL);
+    assert_eq!(woken, wakes + 1, "one wake, by a poll");
     // Up until keepWarm after the poll, counted from the wake.
     let second = |t: &str| t.parse::<Timestamp>().map_or(0, |t| t.as_second());
     let up = second(&poll) + 90 - second(&sleep.since);
