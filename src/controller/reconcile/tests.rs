@@ -67,13 +67,13 @@ fn base(image: &str) -> Value {
 }
 
 /// Mutation `snap` in `team` as the cache holds it: `spec` (its base `web:1` unless it has
-/// one), generation 1, and `status`, if any.
-fn mutation(spec: Value, status: Option<&OwnerStatus>) -> Mutation {
+/// one), generation 1, no status yet.
+fn mutation(spec: Value) -> Mutation {
     let mut spec = spec;
     if spec.get("deployment").is_none() {
         spec["deployment"] = base("web:1");
     }
-    let mut m = json!({
+    let m = json!({
         "apiVersion": "neiam.org/v1", "kind": "Mutation",
         "metadata": {
             "name": NAME, "namespace": NAMESPACE, "uid": UID,
@@ -81,9 +81,6 @@ fn mutation(spec: Value, status: Option<&OwnerStatus>) -> Mutation {
         },
         "spec": spec,
     });
-    if let Some(status) = status {
-        m["status"] = json!(status);
-    }
     serde_json::from_value(m).unwrap_or_else(|e| panic!("a Mutation: {e}"))
 }
 

@@ -2,6 +2,7 @@
 
 use super::super::super::context::RESYNC_AFTER;
 use super::*;
+use crate::crd::VariantState::{Progressing, Ready};
 
 /// R4, R14, R26 (and the status left to the next reconcile): a new Mutation's first reconcile
 /// creates its token Secret (immutable, 64 hex digits, owned by the Mutation), then one
@@ -11,13 +12,10 @@ use super::*;
 /// reconcile that created Deployments. It comes back at the resync.
 #[tokio::test]
 async fn a_new_mutation_gets_its_secret_its_deployments_and_one_event() {
-    let m = mutation(
-        json!({"variants": [
-            {"label": "a", "instances": 2, "env": {"MODE": "x"}},
-            {"label": "b", "instances": 1},
-        ]}),
-        None,
-    );
+    let m = mutation(json!({"variants": [
+        {"label": "a", "instances": 2, "env": {"MODE": "x"}},
+        {"label": "b", "instances": 1},
+    ]}));
     let scene = Scene::new(vec![
         on("POST", SECRETS, Reply::Echo(201)),
         on("POST", DEPLOYMENTS, Reply::Echo(201)),
@@ -73,7 +71,7 @@ async fn a_new_mutation_gets_its_secret_its_deployments_and_one_event() {
 /// after that, with the status in the cache, asks nothing.
 #[tokio::test]
 async fn an_added_variant_alone_is_created_then_the_status_written() {
-    let one = mutation(json!({"variants": [{"label": "a", "instances": 2}]}), None);
+    let one = mutation(json!({"variants": [{"label": "a", "instances": 2}]}));
     let mut scene = Scene::of(
         &one,
         vec![on("PATCH", format!("{MUTATION}/status"), stored(&one))],
@@ -89,7 +87,7 @@ async fn an_added_variant_alone_is_created_then_the_status_written() {
     assert_eq!(before.summary, "1/1 variants ready");
 
     let two = json!({"variants": [{"label": "a", "instances": 2}, {"label": "b", "instances": 1}]});
-    let two = scene.moved_on(&mutation(two, None), before);
+    let two = scene.moved_on(&mutation(two), before);
     scene.script(vec![on("POST", DEPLOYMENTS, Reply::Echo(201))]);
     let (action, asked) = scene.reconcile(&two).await;
     assert_eq!(asked.lines(), [created(DEPLOYMENTS)]);
@@ -119,7 +117,6 @@ async fn an_added_variant_alone_is_created_then_the_status_written() {
         .iter()
         .map(|v| (&*v.label, v.state))
         .collect();
-    use crate::crd::VariantState::{Progressing, Ready};
     assert_eq!(states, [("a", Ready), ("b", Progressing)]);
     assert_eq!(action, Action::requeue(RESYNC_AFTER));
 

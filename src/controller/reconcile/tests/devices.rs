@@ -29,7 +29,7 @@ fn listed(devices: &[DeviceStatus]) -> Value {
 async fn a_device_silent_past_gone_after_is_listed_gone() {
     let devices = json!({"lateAfter": "30m", "goneAfter": "24h", "persistEvery": "10m"});
     let spec = json!({"variants": [{"label": "lobby", "instances": 1}], "devices": devices});
-    let m = mutation(spec, None);
+    let m = mutation(spec);
     let mut scene = Scene::of(&m, Vec::new());
     scene.registry(&registry(&[("board-1", "lobby")], &[]));
     let online = device("board-1", "lobby", 60, DeviceState::Online, None);
@@ -75,7 +75,7 @@ async fn a_made_variant_whose_device_is_gone_expires_once_watched() {
     let devices =
         json!({"lateAfter": "30m", "goneAfter": "24h", "persistEvery": "10m", "sleep": sleep});
     let variants = json!([{"label": "lobby", "instances": 1}, {"label": "kiosk", "instances": 1}]);
-    let m = mutation(json!({"variants": variants, "devices": devices}), None);
+    let m = mutation(json!({"variants": variants, "devices": devices}));
     let mut scene = Scene::of(&m, Vec::new());
     let made = registry(&[("board-1", "kiosk"), ("board-2", "lobby")], &["kiosk"]);
     scene.registry(&made);

@@ -17,7 +17,7 @@ fn in_steps() -> Mutation {
         "progressDeadlineSeconds": 120,
     });
     let variants = json!([{"label": "a", "instances": 1}, {"label": "b", "instances": 1}]);
-    mutation(json!({"variants": variants, "rollout": rollout}), None)
+    mutation(json!({"variants": variants, "rollout": rollout}))
 }
 
 /// The ControllerRevision of `m`'s base as the API server holds it (the operator made it).

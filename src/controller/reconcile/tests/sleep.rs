@@ -14,10 +14,7 @@ fn sleeping() -> Mutation {
     let sleep = json!({"idleAfter": "10m", "warmup": "30s", "keepWarm": "90s"});
     let devices =
         json!({"lateAfter": "30m", "goneAfter": "24h", "persistEvery": "10m", "sleep": sleep});
-    mutation(
-        json!({"variants": [{"label": "lobby", "instances": 2}], "devices": devices}),
-        None,
-    )
+    mutation(json!({"variants": [{"label": "lobby", "instances": 2}], "devices": devices}))
 }
 
 /// R42, R12, R25: a variant whose one device has not been heard for two hours (Late, its last
