@@ -319,14 +319,18 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
     let (mutant_deployments, md) = kube::runtime::reflector::store();
     let (mutations, m) = kube::runtime::reflector::store();
     let (secrets, s) = kube::runtime::reflector::store();
+    let (md_deployments, md_deployment_writer) = DeploymentCache::for_tests();
+    let (mutation_deployments, mutation_deployment_writer) = DeploymentCache::for_tests();
+    let (md_services, _) = ServiceCache::for_tests();
+    let (mutation_services, _) = ServiceCache::for_tests();
     let caches = Caches {
         mutant_deployments,
         mutations,
         secrets,
-        md_deployments: DeploymentCache::empty(),
-        mutation_deployments: DeploymentCache::empty(),
-        md_services: ServiceCache::empty(),
-        mutation_services: ServiceCache::empty(),
+        md_deployments,
+        mutation_deployments,
+        md_services,
+        mutation_services,
         md_parsed: Arc::default(),
         mutation_parsed: Arc::default(),
         changes,
@@ -340,8 +344,18 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
         mutations: m,
         mutation_parsed: caches.mutation_parsed.clone(),
         secrets: s,
+        deployments: [md_deployment_writer, mutation_deployment_writer],
     };
     (caches, writers)
+}
+
+/// Where the writers of `kind`'s generated objects are in [`Writers`].
+#[cfg(test)]
+fn kind_at(kind: OwnerKind) -> usize {
+    match kind {
+        OwnerKind::MutantDeployment => 0,
+        OwnerKind::Mutation => 1,
+    }
 }
 
 /// The writers behind [`for_tests`]: each event is applied, then signalled, as the feeds do.
@@ -352,6 +366,8 @@ pub(crate) struct Writers {
     mutations: kube::runtime::reflector::store::Writer<Mutation>,
     mutation_parsed: Arc<Parsings>,
     secrets: kube::runtime::reflector::store::Writer<CachedSecret>,
+    /// The generated Deployments' writers: MutantDeployments', then Mutations'.
+    deployments: [generated::GeneratedWriter<crate::variant::ObservedDeployment>; 2],
 }
 
 #[cfg(test)]
@@ -374,6 +390,15 @@ impl Writers {
     pub fn mutant_deployment(&mut self, event: watcher::Event<MutantDeployment>) {
         self.mutant_deployments.apply_watcher_event(&event);
         signalling(&self.signal, Cache::Owners(OwnerKind::MutantDeployment))(&event);
+    }
+
+    /// Applies `event` to the cache of the Deployments generated for owners of `kind`.
+    pub fn deployment(
+        &mut self,
+        kind: OwnerKind,
+        event: watcher::Event<crate::variant::ObservedDeployment>,
+    ) {
+        self.deployments[kind_at(kind)].apply(event);
     }
 
     /// Marks `cache` stale, as a watch that went silent does.

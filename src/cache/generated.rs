@@ -44,13 +44,40 @@ impl<K: Lookup<DynamicType = ()> + Clone + 'static> Generated<K> {
             .collect()
     }
 
-    /// A cache with nothing behind it, for tests of what reads caches.
+    /// A cache with nothing behind it but the returned writer, for tests of what reads
+    /// caches.
     #[cfg(test)]
-    pub(crate) fn empty() -> Self {
-        Generated {
-            store: kube::runtime::reflector::store().0,
-            index: OwnerIndex::default(),
-        }
+    pub(crate) fn for_tests() -> (Self, GeneratedWriter<K>) {
+        let (store, writer) = kube::runtime::reflector::store();
+        let index = OwnerIndex::default();
+        let writer = GeneratedWriter {
+            writer,
+            index: index.clone(),
+        };
+        (Generated { store, index }, writer)
+    }
+}
+
+/// What fills a [`Generated`] cache of [`Generated::for_tests`]: each event is applied to the
+/// store and the owner index, as the watch applies it.
+#[cfg(test)]
+pub(crate) struct GeneratedWriter<K: Lookup<DynamicType = ()> + Clone + 'static> {
+    writer: kube::runtime::reflector::store::Writer<K>,
+    index: OwnerIndex,
+}
+
+#[cfg(test)]
+impl<K: Lookup<DynamicType = ()> + HasMeta + Clone + 'static> GeneratedWriter<K> {
+    /// Applies `event` to the store, then to the index with the store's copy from before it.
+    pub(crate) fn apply(&mut self, event: watcher::Event<K>) {
+        let before = match &event {
+            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                self.writer.as_reader().get(&obj.to_object_ref(()))
+            }
+            _ => None,
+        };
+        self.writer.apply_watcher_event(&event);
+        self.index.apply(&event, before.as_deref());
     }
 }
 

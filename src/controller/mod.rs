@@ -329,6 +329,9 @@ fn changes<K: OwnerResource>(obj: &K) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    /// The scripted API server of the controller's tests (`write`, `reconcile`).
+    pub(super) mod scripted;
+
     use kube::{
         core::Status,
         runtime::{controller::Error as ControllerError, watcher},

@@ -442,3 +442,6 @@ const PRUNED: write::Pruned = write::Pruned {
     reason: "VariantPruned",
     why: "its variant is no longer declared",
 };
+
+#[cfg(test)]
+mod tests;

@@ -2,86 +2,21 @@
 //! and the Services' [`Writes`]), against a scripted server: which requests go out, in which
 //! order, and what each answer comes to (R9, R10, R35, R36).
 
-use std::{
-    collections::VecDeque,
-    sync::{Arc, Mutex},
-};
+use std::sync::Arc;
 
-use http_body_util::Full;
-use hyper::{Request, Response, body::Bytes};
-use kube::{Api, Client};
+use kube::Api;
 use serde_json::{Value, json};
 
-use super::super::{reconcile::DeploymentWrites, services::ServiceWrites};
+use super::super::{
+    reconcile::DeploymentWrites,
+    services::ServiceWrites,
+    tests::scripted::{Server, status},
+};
 use super::*;
 use crate::{
     crd::{OwnerKind, ServiceSpec, fixtures::variant},
     variant::{Base, DeploymentWire, ObservedDeployment, ObservedService, Planned},
 };
-
-/// A scripted API server: each request gets the next answer (status code and JSON body), and
-/// is noted as `METHOD path?query [content type]`.
-#[derive(Clone, Default)]
-struct Server {
-    answers: Arc<Mutex<VecDeque<(u16, Value)>>>,
-    asked: Arc<Mutex<Vec<String>>>,
-}
-
-impl Server {
-    fn new(answers: Vec<(u16, Value)>) -> (Server, Client) {
-        let server = Server {
-            answers: Arc::new(Mutex::new(answers.into())),
-            ..Server::default()
-        };
-        let serving = server.clone();
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let kind = request
-                .headers()
-                .get(hyper::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let line = format!("{} {} [{kind}]", request.method(), request.uri());
-            serving
-                .asked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(line);
-            let (code, body) = serving
-                .answers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
-                .unwrap_or((599, json!({"unscripted": true})));
-            let answer = Response::builder()
-                .status(code)
-                .header(hyper::header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body.to_string())));
-            async move { answer }
-        });
-        (server, Client::new(service, "team"))
-    }
-
-    fn asked(&self) -> Vec<String> {
-        self.asked.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn all_answered(&self) -> bool {
-        self.answers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-    }
-}
-
-fn status(code: u16, reason: &str, causes: Value) -> (u16, Value) {
-    let body = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": format!("the server says {reason}"), "reason": reason, "code": code,
-        "details": {"name": "web-a", "causes": causes},
-    });
-    (code, body)
-}
 
 fn owner() -> Owner {
     Owner {
