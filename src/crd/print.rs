@@ -33,14 +33,16 @@ pub fn crds_yaml() -> Result<String> {
     Ok(crd_files()?.into_iter().map(|(_, yaml)| yaml).collect())
 }
 
-/// `mutantops crd`: print the CRDs to stdout.
+/// `mutantops crd`: print the CRDs to stdout. A reader that stops early (`| head`) is no
+/// failure.
 pub fn print_crds() -> Result<()> {
     use std::io::Write;
     let yaml = crds_yaml()?;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(yaml.as_bytes())?;
-    stdout.flush()?;
-    Ok(())
+    match stdout.write_all(yaml.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Writes `value` as the YAML block at `indent`, each line ended: the entries of a mapping or
