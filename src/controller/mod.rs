@@ -10,8 +10,10 @@
 
 mod announce;
 mod context;
+mod deployments;
 mod devices;
 mod events;
+mod feature;
 mod hold;
 mod reconcile;
 pub mod rollout;

@@ -1,49 +1,53 @@
-//! One reconcile of one owner (R4–R12), as named steps:
+//! One reconcile of one owner (R4–R12), as named steps, and the owner's features
+//! ([`Feature`]: sleep, rollout, the devices' states) folded over them:
 //!
 //! 1. **secret** (Mutations): make sure the token's Secret exists and is this Mutation's;
-//! 2. **plan** (pure, [`variant::plan`]): the Deployment each declared variant should be;
-//!    then **pod security** ([`submit::pod_security::refusal`]): when their pod template breaks Pod
-//!    Security "baseline" in a namespace not labelled privileged, or runs as the operator's
-//!    own ServiceAccount, every variant is Invalid and nothing is applied for it (R33);
+//! 2. **plan**: each feature prepared (its policy parsed once per generation, R50), the
+//!    variants as the features declare them, the Deployment each should be (pure,
+//!    [`variant::plan`], from the base revision a rollout gives it); then **pod security**
+//!    ([`submit::pod_security::refusal`]): when their pod template breaks Pod Security
+//!    "baseline" in a namespace not labelled privileged, or runs as the operator's own
+//!    ServiceAccount, every variant is Invalid and nothing is applied for it (R33);
 //! 3. **observe**: this owner's Deployments, from the cache;
-//! 4. **resolve** (pure, [`variant::resolve`]) and **write**: create what the cache does not
-//!    know (looked up only when the server says the name is taken), apply what differs, prune
-//!    ([`variant::stale`]) what is no longer declared; one Event for what was created. A
-//!    variant whose write the API server refuses ([`variant::classify`]) is Invalid with the
-//!    server's message, and the others go on (R35), unless the base alone is refused (R10);
-//!    then, when the owner asks for them, each applied variant's Service (`services`, R36);
-//! 5. **report** (pure, [`variant::owner_status`]), then write the status when it changed
-//!    (after a creation, in the reconcile the creation brings), and announce new problems as
-//!    Events.
+//! 4. **converge** ([`deployments`]): create, apply and prune the Deployments; one Event for
+//!    what was created; then, when the owner asks for them, each applied variant's Service
+//!    (`services`, R36);
+//! 5. **report** (pure, [`variant::owner_status`], and each feature's part), then write the
+//!    status when it changed (after a creation, in the reconcile the creation brings), and
+//!    announce new problems as Events; then what the features write once the status is (the
+//!    devices' states, expiries);
+//! 6. **requeue**: at the resync, sooner after a refusal by a policy of the cluster, and at
+//!    the first time a feature wants.
 //!
 //! Reads come from the controller's caches; a steady state makes no request at all.
 
-use std::{collections::BTreeSet, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Duration, time::Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, runtime::controller::Action};
+use kube::runtime::controller::Action;
 
 use super::{
     context::{Context, REFUSED_RETRY, RESYNC_AFTER},
-    devices, rollout,
+    deployments::{self, Converged},
+    devices,
+    feature::{Feature, Later},
+    rollout::{self, Rolling},
     secret::{self, SecretState},
-    services, sleep,
+    services,
+    sleep::{self, Sleeping},
     tell::{Created, announce_created, announce_problems},
     write,
 };
 use crate::{
     Result,
-    crd::{OwnerKind, OwnerResource, VariantStatus},
+    crd::{OwnerKind, OwnerResource, OwnerStatus, VariantStatus},
     submit,
-    variant::{
-        self, Base, DeploymentWire, Findings, MetaView, ObservedDeployment, Owner, Planned,
-        converge::{self, DeploymentSubject, Done, Subject},
-    },
+    variant::{self, Base, Findings, ObservedDeployment, Owner, Planned, parsed::Parsed},
 };
 
 /// A device's change of state is looked at this long after it is due, so that the clock has
 /// passed it.
-const DEVICE_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
+const DEVICE_SLACK: Duration = Duration::from_millis(500);
 
 /// Reconciles one owner. Errors are retried by the controller's error policy.
 pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
@@ -51,152 +55,250 @@ pub async fn reconcile<K: OwnerResource>(obj: Arc<K>, ctx: Arc<Context>) -> Resu
         // Garbage collection removes the Deployments and the Secret through ownerReferences.
         return Ok(Action::await_change());
     }
-    let owner = Owner::from_resource(K::KIND, obj.as_ref())?;
-    let previous = ctx.previous(&owner.uid, obj.as_ref());
-
-    // A name too long to be a label value cannot be served: no Secret, no Deployment can carry
-    // it. Reported, and left at that, rather than failing every reconcile.
-    let unservable = variant::unservable_name(K::KIND.kind(), &owner.name);
-    let (secret, mut problems) = match &unservable {
-        Some(_) => (None, Vec::new()),
-        None => ensure_secret(&ctx, &owner).await?,
+    let (ctx, obj) = (ctx.as_ref(), obj.as_ref());
+    let owner = Owner::from_resource(K::KIND, obj)?;
+    let previous = ctx.previous(&owner.uid, obj);
+    let parsed = ctx.caches.parsed(obj);
+    let mut plan = prepare(ctx, &owner, obj, &parsed, &previous).await?;
+    let applied = converge(ctx, &owner, obj, &mut plan).await?;
+    announce_created(ctx, &owner, obj, &applied.created).await;
+    let (created, denied) = (!applied.created.is_empty(), plan.denied || applied.denied);
+    let status = report(&owner, obj, &mut plan, &previous, applied);
+    announce_problems(ctx, &owner, obj, &previous, &status).await;
+    let put_off = write_status(ctx, &owner, obj, &previous, &status, created).await?;
+    // R40: the devices' states as time changes them; R42: variants made by enrollment whose
+    // devices are gone.
+    let device_change = match parsed.devices() {
+        Some(policy) => devices::converge(ctx, &owner, policy, &previous).await?,
+        None => None,
     };
-    // R39: spec.devices, checked (parsed once per generation, R50); a policy that does not
-    // hold is reported and no device's state is changed by it.
-    let parsed = ctx.caches.parsed(obj.as_ref());
-    if let Some(Err(problem)) = &parsed.devices {
-        problems.push(problem.clone());
+    let (devices, policy) = (parsed.devices(), parsed.sleep());
+    let expiry = sleep::expire_gone(ctx, &owner, obj, devices, policy, &plan.sleeping).await?;
+    let settled = [Later(device_change), Later(expiry)];
+    let features = plan
+        .features()
+        .chain(settled.iter().map(|l| l as &dyn Feature));
+    Ok(requeue(denied, put_off, features))
+}
+
+/// What steps 1 to 3 found and planned.
+struct Plan {
+    /// The token's Secret, when the Mutation owns it.
+    secret: Option<String>,
+    /// Problems of the spec, for the status.
+    problems: Vec<String>,
+    /// Why the owner's name cannot be served, if it cannot.
+    unservable: Option<String>,
+    /// What sleep decided (R42).
+    sleeping: Sleeping,
+    /// What the rollout decided (R43).
+    rolling: Rolling,
+    /// The base, checked, or why it is refused (R10).
+    base: Result<Base, String>,
+    /// This owner's Deployments, cached.
+    observed: Vec<Arc<ObservedDeployment>>,
+    /// Each declared variant's Deployment, to converge.
+    planned: Vec<Planned>,
+    /// Whether a policy of the cluster refused the variants (R33).
+    denied: bool,
+    /// Why the operator does not make them, if it does not (R33).
+    not_allowed: Option<String>,
+}
+
+impl Plan {
+    /// The features, in the order they report.
+    fn features(&self) -> impl Iterator<Item = &dyn Feature> {
+        [&self.sleeping as &dyn Feature, &self.rolling].into_iter()
     }
-    let device_policy = parsed.devices();
-    // R42: spec.devices.sleep, checked like the rest of spec.devices; one that does not hold
-    // is reported and no variant sleeps.
-    let (sleep_policy, sleeping) = sleep::prepare(
-        &ctx,
-        &owner,
-        obj.as_ref(),
-        &parsed,
-        &previous,
-        &mut problems,
-    );
-    let declared = sleeping.effective(obj.variants());
-    let base = obj.base().value();
-    let observed = observe(&ctx, &owner);
-    let mut created = Vec::new();
-    let mut denied = false;
-    let mut not_allowed = None;
-    let mut rolling = rollout::Rolling::default();
-    let (variants, base_error) = match Base::parse(&base) {
-        Ok(base_parsed) => {
-            // R43: with spec.rollout, which base revision each variant runs.
-            rolling = rollout::prepare(
-                &ctx,
-                &owner,
-                obj.as_ref(),
-                parsed.rollout.as_ref(),
-                &base_parsed,
-                &declared,
-                &observed,
-                &previous,
-                &mut problems,
-            )
-            .await?;
-            let planned = rolling.plan(&base_parsed, &owner, &declared);
-            // R41: a token's env never reaches a command line the base added later.
-            let planned = variant::commands::hold_command_lines(
-                planned,
-                &base_parsed,
-                obj.device_access(),
-                &declared,
-            );
-            let planned = match refused(&ctx, &owner, &planned).await? {
-                None => planned,
-                Some(problem) => {
-                    // A namespace labelled privileged later is no event of this owner's.
-                    denied = true;
-                    let held = variant::hold_back(planned, &problem);
-                    not_allowed = Some(problem);
-                    held
-                }
-            };
-            match converge(&ctx, &owner, obj.as_ref(), &base_parsed, planned, &observed).await? {
-                Converged::Applied(mut variants, new, refused) => {
-                    created = new;
-                    // R36: the variants' Services, once their Deployments are applied.
-                    let services_denied =
-                        services::converge(&ctx, &owner, obj.as_ref(), &base_parsed, &mut variants)
-                            .await?;
-                    denied |= refused || services_denied;
-                    (variants, None)
-                }
-                Converged::BaseRejected(reason) => (Vec::new(), Some(reason)),
-            }
-        }
-        Err(problem) => (Vec::new(), Some(problem)),
-    };
-    announce_created(&ctx, &owner, obj.as_ref(), &created).await;
-    let variants = match &base_error {
-        None => sleeping.report(variants),
-        Some(problem) => {
-            let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
-            let owned = observed.iter().map(Arc::as_ref);
-            variant::held_statuses(obj.variants(), &owner, base_name, owned, problem)
-        }
-    };
+}
 
+/// Steps 1 to 3: the Secret, each feature prepared, the variants planned and checked against
+/// the namespace's Pod Security (R33), the owner's Deployments observed.
+async fn prepare<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    parsed: &Parsed,
+    previous: &OwnerStatus,
+) -> Result<Plan> {
+    let mut plan = Plan {
+        secret: None,
+        problems: Vec::new(),
+        // A name too long to be a label value cannot be served: no Secret, no Deployment can
+        // carry it. Reported, and left at that, rather than failing every reconcile.
+        unservable: variant::unservable_name(K::KIND.kind(), &owner.name),
+        sleeping: Sleeping::default(),
+        rolling: Rolling::default(),
+        base: Base::parse(&obj.base().value()),
+        observed: observe(ctx, owner),
+        planned: Vec::new(),
+        denied: false,
+        not_allowed: None,
+    };
+    if plan.unservable.is_none() {
+        (plan.secret, plan.problems) = ensure_secret(ctx, owner).await?;
+    }
+    // R39: spec.devices, checked; a policy that does not hold is reported and no device's
+    // state is changed by it. R42: its sleep alike, and then no variant sleeps.
+    if let Some(Err(problem)) = &parsed.devices {
+        plan.problems.push(problem.clone());
+    }
+    plan.sleeping = sleep::prepare(ctx, owner, obj, parsed, previous, &mut plan.problems);
+    let declared = plan
+        .features()
+        .fold(obj.variants().to_vec(), |v, f| f.declare(v));
+    let Ok(base) = &plan.base else {
+        return Ok(plan);
+    };
+    // R43: with spec.rollout, which base revision each variant runs.
+    let (rollout, observed) = (parsed.rollout.as_ref(), &plan.observed);
+    let problems = &mut plan.problems;
+    plan.rolling = rollout::prepare(
+        ctx, owner, obj, rollout, base, &declared, observed, previous, problems,
+    )
+    .await?;
+    let planned = plan.rolling.plan(base, owner, &declared);
+    // R41: a token's env never reaches a command line the base added later.
+    let access = obj.device_access();
+    let planned = variant::commands::hold_command_lines(planned, base, access, &declared);
+    plan.planned = match refused(ctx, owner, &planned).await? {
+        None => planned,
+        Some(problem) => {
+            // A namespace labelled privileged later is no event of this owner's.
+            plan.denied = true;
+            let held = variant::hold_back(planned, &problem);
+            plan.not_allowed = Some(problem);
+            held
+        }
+    };
+    Ok(plan)
+}
+
+/// How step 4 ended: the variants' statuses, the Deployments created, whether a policy of the
+/// cluster refused a variant (R35), and why the base is refused, if it is (R10).
+#[derive(Default)]
+struct Applied {
+    variants: Vec<VariantStatus>,
+    created: Vec<Created>,
+    denied: bool,
+    base_error: Option<String>,
+}
+
+/// Step 4: the Deployments ([`deployments::converge`]), then the Services (R36).
+async fn converge<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    plan: &mut Plan,
+) -> Result<Applied> {
+    let base = match &plan.base {
+        Ok(base) => base,
+        Err(problem) => return Ok(Applied::refused(problem)),
+    };
+    let planned = std::mem::take(&mut plan.planned);
+    match deployments::converge(ctx, owner, obj, base, planned, &plan.observed).await? {
+        Converged::Applied(mut variants, created, refused) => {
+            let services_denied = services::converge(ctx, owner, obj, base, &mut variants).await?;
+            Ok(Applied {
+                variants,
+                created,
+                denied: refused || services_denied,
+                base_error: None,
+            })
+        }
+        Converged::BaseRejected(reason) => Ok(Applied::refused(&reason)),
+    }
+}
+
+impl Applied {
+    /// Nothing applied: the base is refused for `problem`.
+    fn refused(problem: &str) -> Applied {
+        Applied {
+            base_error: Some(problem.to_owned()),
+            ..Applied::default()
+        }
+    }
+}
+
+/// Step 5: the owner's status, from what step 4 applied and each feature's part.
+fn report<K: OwnerResource>(
+    owner: &Owner,
+    obj: &K,
+    plan: &mut Plan,
+    previous: &OwnerStatus,
+    applied: Applied,
+) -> OwnerStatus {
+    let variants = match &applied.base_error {
+        None => plan.features().fold(applied.variants, |v, f| f.variants(v)),
+        Some(problem) => {
+            let base = obj.base().value();
+            let base_name = base.pointer("/metadata/name").and_then(|n| n.as_str());
+            let owned = plan.observed.iter().map(Arc::as_ref);
+            variant::held_statuses(obj.variants(), owner, base_name, owned, problem)
+        }
+    };
     let now = Timestamp::now().to_string();
     let mut status = variant::owner_status(Findings {
-        previous: &previous,
+        previous,
         generation: obj.meta().generation,
-        secret,
-        base_error: base_error.as_deref(),
-        unservable: unservable.as_deref(),
-        not_allowed: not_allowed.as_deref(),
-        problems,
+        secret: plan.secret.take(),
+        base_error: applied.base_error.as_deref(),
+        unservable: plan.unservable.as_deref(),
+        not_allowed: plan.not_allowed.as_deref(),
+        problems: std::mem::take(&mut plan.problems),
         variants,
         now: &now,
     });
-    let silent = sleeping.condition(&previous, &now);
-    status.conditions.extend(silent);
-    rolling.report(&mut status, &previous, &now);
+    for feature in plan.features() {
+        feature.report(&mut status, previous, &now);
+    }
     // The device list is written apart (`devices`); it is the same status either way.
     status.devices.clone_from(&previous.devices);
     status.device_summary.clone_from(&previous.device_summary);
-    announce_problems(&ctx, &owner, obj.as_ref(), &previous, &status).await;
-    // A reconcile that created Deployments leaves the status to the next one, which their
-    // creation brings (their watch events re-queue this owner within the debounce): a status
-    // written now would say only "Progressing" and be written over at once. Creation happens
-    // once per Deployment, so this cannot put the status off for long.
-    // R50: partial progress waits a moment for the rest (`hold`).
-    let mut put_off = None;
-    if status != previous && created.is_empty() {
-        put_off = ctx
-            .progress
-            .put_off(&owner.uid, &previous, &status, Instant::now());
-        if put_off.is_none() {
-            write::status::<K>(&ctx, &owner, &status).await?;
-            ctx.wrote(&owner.uid, obj.as_ref(), &status);
-            sleep::count(&ctx, &previous, &status);
-        }
+    status
+}
+
+/// Step 5's write: the status when it changed, unless Deployments were `created` (their
+/// creation brings the next reconcile within the debounce, and a status written now would say
+/// only "Progressing" and be written over at once; creation happens once per Deployment, so
+/// this cannot put the status off for long) or it only shows partial progress, which waits a
+/// moment for the rest (R50, `hold`): then how long that is.
+async fn write_status<K: OwnerResource>(
+    ctx: &Context,
+    owner: &Owner,
+    obj: &K,
+    previous: &OwnerStatus,
+    status: &OwnerStatus,
+    created: bool,
+) -> Result<Option<Duration>> {
+    if status == previous || created {
+        return Ok(None);
     }
-    // R40: the devices' states as time changes them, requeued for the next change.
-    let device_change = match device_policy {
-        Some(policy) => devices::converge(&ctx, &owner, policy, &previous).await?,
-        None => None,
-    };
-    // R42: variants made by enrollment whose devices are gone.
-    let (devices, policy) = (device_policy, sleep_policy);
-    let expiry = sleep::expire_gone(&ctx, &owner, obj.as_ref(), devices, policy, &sleeping).await?;
-    // A variant a quota or an admission policy refused is tried again sooner than the resync:
-    // freeing the quota or changing the policy is no event of this owner's (R35), and neither
-    // is labelling the namespace privileged (R33).
+    let put_off = ctx
+        .progress
+        .put_off(&owner.uid, previous, status, Instant::now());
+    if put_off.is_none() {
+        write::status::<K>(ctx, owner, status).await?;
+        ctx.wrote(&owner.uid, obj, status);
+        sleep::count(ctx, previous, status);
+    }
+    Ok(put_off)
+}
+
+/// Step 6: when to reconcile the owner again: at the resync, or sooner after a refusal by a
+/// policy of the cluster (`denied`: freeing a quota, changing an admission policy or labelling
+/// the namespace privileged is no event of this owner's, R33, R35); at the first change a
+/// feature wants (a moment after it, so that the clock has passed it); and when a status put
+/// off is due.
+fn requeue<'f>(
+    denied: bool,
+    put_off: Option<Duration>,
+    features: impl Iterator<Item = &'f dyn Feature>,
+) -> Action {
     let after = if denied { REFUSED_RETRY } else { RESYNC_AFTER };
-    let changes = [device_change, sleeping.next(), expiry, rolling.next()]
-        .into_iter()
-        .flatten();
+    let changes = features.filter_map(|f| f.next());
     let after = changes.fold(after, |after, change| after.min(change + DEVICE_SLACK));
-    Ok(Action::requeue(
-        put_off.map_or(after, |left| after.min(left)),
-    ))
+    Action::requeue(put_off.map_or(after, |left| after.min(left)))
 }
 
 /// Step 1, for a Mutation: its Secret, made if missing. Returns the Secret's name when the
@@ -238,210 +340,6 @@ fn observe(ctx: &Context, owner: &Owner) -> Vec<Arc<ObservedDeployment>> {
         .filter(|d| variant::may_prune(&d.metadata, owner))
         .collect()
 }
-
-/// How step 4 ended.
-enum Converged {
-    /// Every valid variant is applied and the stale ones pruned: the variants' statuses, the
-    /// Deployments created, and whether a policy of the cluster (a quota, an
-    /// admission policy) refused a variant, which is then Invalid (R35).
-    Applied(Vec<VariantStatus>, Vec<Created>, bool),
-    /// The API server refused the first write for a reason of the object itself: the base is
-    /// at fault, and nothing was applied or pruned (R10).
-    BaseRejected(String),
-}
-
-/// Step 4: writes every planned variant whose Deployment is missing or differs from what is
-/// declared ([`write_variant`]), then prunes the Deployments of variants no longer declared.
-async fn converge<K: OwnerResource>(
-    ctx: &Context,
-    owner: &Owner,
-    obj: &K,
-    base: &Base,
-    planned: Vec<Planned>,
-    observed: &[Arc<ObservedDeployment>],
-) -> Result<Converged> {
-    let api: Api<DeploymentWire> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let mut statuses = Vec::with_capacity(planned.len());
-    let mut created = Vec::new();
-    let mut declared = BTreeSet::new();
-    let mut denied = false;
-
-    for planned in planned {
-        declared.insert(planned.name().to_string());
-        // What observe found of this name; anything else of that name is looked up (R9).
-        let cached = observed
-            .iter()
-            .find(|d| d.metadata.name() == Some(planned.name()))
-            .cloned();
-        match write_variant(ctx, &api, owner, base, planned, cached).await? {
-            Written::Reported {
-                status,
-                created: new,
-            } => {
-                created.extend(new);
-                statuses.push(status);
-            }
-            Written::Refused {
-                status,
-                denied: by_policy,
-            } => {
-                denied |= by_policy;
-                statuses.push(status);
-            }
-            Written::BaseRejected(reason) => return Ok(Converged::BaseRejected(reason)),
-        }
-    }
-
-    let stale = variant::stale(observed.iter().map(Arc::as_ref), owner, &declared);
-    write::prune(ctx, obj, &api, stale, &PRUNED).await?;
-    Ok(Converged::Applied(statuses, created, denied))
-}
-
-/// How one variant's writes ended ([`write_variant`]).
-enum Written {
-    /// Its status, and the Deployment it created, if any.
-    Reported {
-        status: VariantStatus,
-        created: Option<Created>,
-    },
-    /// Refused by the API server: `Invalid`; `denied` by a policy of the cluster (R35).
-    Refused { status: VariantStatus, denied: bool },
-    /// The base is at fault (R10).
-    BaseRejected(String),
-}
-
-/// The requests of step 4's step machine for one variant's Deployment ([`write::drive`]).
-pub(super) struct DeploymentWrites<'a> {
-    pub(super) api: &'a Api<DeploymentWire>,
-    pub(super) owner: &'a Owner,
-    pub(super) base: &'a Base,
-    pub(super) planned: &'a Planned,
-}
-
-impl DeploymentWrites<'_> {
-    /// The Deployment to write: only a variant that can be applied is ever written.
-    fn object(&self) -> Result<&serde_json::Value, kube::Error> {
-        match self.planned {
-            Planned::Apply { object, .. } => Ok(object),
-            _ => Err(kube::Error::Service(
-                format!("variant {:?} cannot be applied", self.planned.label()).into(),
-            )),
-        }
-    }
-}
-
-impl write::Writes for DeploymentWrites<'_> {
-    type Observed = ObservedDeployment;
-
-    fn subject<'a>(&'a self, current: Option<&'a ObservedDeployment>) -> impl Subject + 'a {
-        DeploymentSubject {
-            planned: self.planned,
-            current,
-            owner: self.owner,
-        }
-    }
-
-    fn meta(current: &ObservedDeployment) -> &dyn MetaView {
-        &current.metadata
-    }
-
-    fn handover_patch(current: &ObservedDeployment) -> Option<serde_json::Value> {
-        let version = current.metadata.resource_version().unwrap_or_default();
-        Some(current.created_entry?.handover_patch(version))
-    }
-
-    async fn create(&self, client: &kube::Client) -> Result<ObservedDeployment, kube::Error> {
-        submit::post(client, &self.owner.namespace, self.object()?, false).await
-    }
-
-    async fn get(&self, _: &kube::Client) -> Result<Option<ObservedDeployment>, kube::Error> {
-        let found = self.api.get_opt(self.planned.name()).await?;
-        Ok(found.map(DeploymentWire::into_observed))
-    }
-
-    async fn apply(&self, _: &kube::Client) -> Result<ObservedDeployment, kube::Error> {
-        let applied = write::apply(self.api, self.planned.name(), self.object()?).await?;
-        Ok(DeploymentWire::into_observed(applied))
-    }
-
-    async fn hand_over(
-        &self,
-        client: &kube::Client,
-        meta: &dyn MetaView,
-        patch: serde_json::Value,
-    ) -> Result<(), kube::Error> {
-        write::hand_over::<DeploymentWire>(client, meta, patch).await
-    }
-
-    async fn dry_run(&self, client: &kube::Client) -> Option<String> {
-        submit::refusal(client, &self.owner.namespace, self.object().ok()?).await
-    }
-
-    async fn probe_base(&self, client: &kube::Client) -> Option<String> {
-        let bare = variant::build(
-            self.base,
-            self.owner,
-            &converge::bare_variant(self.planned.label()),
-        );
-        submit::refusal(client, &self.owner.namespace, &bare).await
-    }
-}
-
-/// Step 4 for one variant: its Deployment through the step machine ([`write::drive`]), and
-/// what that came to for its status.
-async fn write_variant(
-    ctx: &Context,
-    api: &Api<DeploymentWire>,
-    owner: &Owner,
-    base: &Base,
-    planned: Planned,
-    cached: Option<Arc<ObservedDeployment>>,
-) -> Result<Written> {
-    let writes = DeploymentWrites {
-        api,
-        owner,
-        base,
-        planned: &planned,
-    };
-    let driven = write::drive(&ctx.client, &writes, cached).await?;
-    Ok(match driven.done {
-        Done::Reported => {
-            let own = driven
-                .current
-                .as_deref()
-                .filter(|d| variant::may_prune(&d.metadata, owner));
-            Written::Reported {
-                status: planned.status(own),
-                created: driven.created.then(|| Created {
-                    label: planned.label().to_string(),
-                    deployment: planned.name().to_string(),
-                }),
-            }
-        }
-        Done::Conflict(message) => Written::Reported {
-            status: planned.into_conflict(message).status(None),
-            created: None,
-        },
-        Done::Refused { message, denied } => Written::Refused {
-            status: planned
-                .into_invalid(format!("rejected by the API server: {message}"))
-                .status(None),
-            denied,
-        },
-        Done::BaseRejected(reason) => Written::BaseRejected(reason),
-        Done::Failed => {
-            return Err(crate::Error::Internal(write::FAILED_WITHOUT_ERROR));
-        }
-    })
-}
-
-/// Step 4's prune of Deployments ([`write::prune`], R6): one `VariantPruned` Event each.
-const PRUNED: write::Pruned = write::Pruned {
-    api_version: "apps/v1",
-    kind: "Deployment",
-    reason: "VariantPruned",
-    why: "its variant is no longer declared",
-};
 
 #[cfg(test)]
 mod tests;

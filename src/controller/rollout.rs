@@ -23,7 +23,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::{context::Context, events::EventType, tell::publish};
+use super::{context::Context, events::EventType, feature::Feature, tell::publish};
 use crate::{
     Result,
     crd::{Condition, OwnerResource, OwnerStatus, RolloutPhase, Variant, VariantState},
@@ -48,11 +48,6 @@ pub struct Rolling {
 }
 
 impl Rolling {
-    /// How long until the current step's deadline, while one runs.
-    pub fn next(&self) -> Option<Duration> {
-        self.outcome.as_ref().and_then(|o| o.next)
-    }
-
     /// Plans every declared variant from the base of the revision it is to run, and labels
     /// its Deployment with that revision.
     pub fn plan(&self, current: &Base, owner: &Owner, declared: &[Variant]) -> Vec<Planned> {
@@ -85,9 +80,16 @@ impl Rolling {
         }
         planned
     }
+}
 
-    /// `status.rollout`, and condition `RolloutPaused` while the rollout is held.
-    pub fn report(&self, status: &mut OwnerStatus, previous: &OwnerStatus, now: &str) {
+/// A rollout in a reconcile (R43): `status.rollout`, condition `RolloutPaused` while it is
+/// held, and a look again at the current step's deadline.
+impl Feature for Rolling {
+    fn next(&self) -> Option<Duration> {
+        self.outcome.as_ref().and_then(|o| o.next)
+    }
+
+    fn report(&self, status: &mut OwnerStatus, previous: &OwnerStatus, now: &str) {
         let Some(outcome) = &self.outcome else {
             return;
         };

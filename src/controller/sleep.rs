@@ -17,7 +17,7 @@ use std::{
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{context::Context, events::EventType, tell::publish};
+use super::{context::Context, events::EventType, feature::Feature, tell::publish};
 use crate::{
     Result,
     crd::{
@@ -54,29 +54,26 @@ pub struct Sleeping {
     pub silent: Option<String>,
 }
 
-impl Sleeping {
-    /// How long until a decision may change by time alone.
-    pub fn next(&self) -> Option<Duration> {
+/// Sleep in a reconcile (R42): idle variants planned at zero instances and reported `Idle`,
+/// the `SiteSilent` condition, and a look again when a decision may change by time alone.
+impl Feature for Sleeping {
+    fn next(&self) -> Option<Duration> {
         self.decisions.values().filter_map(|d| d.next).min()
     }
 
-    /// The variants as they are planned: an idle one at zero instances.
-    pub fn effective(&self, variants: &[Variant]) -> Vec<Variant> {
+    fn declare(&self, variants: Vec<Variant>) -> Vec<Variant> {
         variants
-            .iter()
+            .into_iter()
             .map(|v| match self.decisions.get(&v.label) {
-                Some(d) if d.sleep.state == SleepState::Idle => Variant {
-                    instances: 0,
-                    ..v.clone()
-                },
-                _ => v.clone(),
+                Some(d) if d.sleep.state == SleepState::Idle => Variant { instances: 0, ..v },
+                _ => v,
             })
             .collect()
     }
 
     /// Each variant's sleep in its status; an idle one whose Deployment is applied is `Idle`,
     /// with why.
-    pub fn report(&self, mut statuses: Vec<VariantStatus>) -> Vec<VariantStatus> {
+    fn variants(&self, mut statuses: Vec<VariantStatus>) -> Vec<VariantStatus> {
         for s in &mut statuses {
             let Some(d) = self.decisions.get(&s.label) else {
                 continue;
@@ -92,21 +89,23 @@ impl Sleeping {
     }
 
     /// The `SiteSilent` condition, while the site is silent; its transition time kept.
-    pub fn condition(&self, previous: &OwnerStatus, now: &str) -> Option<Condition> {
-        let message = self.silent.clone()?;
+    fn report(&self, status: &mut OwnerStatus, previous: &OwnerStatus, now: &str) {
+        let Some(message) = self.silent.clone() else {
+            return;
+        };
         let since = previous
             .conditions
             .iter()
             .find(|c| c.type_ == SITE_SILENT)
             .map_or_else(|| now.to_owned(), |c| c.last_transition_time.clone());
-        Some(Condition {
+        status.conditions.push(Condition {
             type_: SITE_SILENT.to_owned(),
             status: "True".to_owned(),
             reason: "DevicesSilentTogether".to_owned(),
             message,
             last_transition_time: since,
             observed_generation: None,
-        })
+        });
     }
 }
 
@@ -135,25 +134,22 @@ fn namespace_devices(ctx: &Context, namespace: &str) -> (Vec<DeviceStatus>, Opti
 /// `obj`'s `spec.devices.sleep` as `parsed` holds it (a problem is pushed to `problems`, and
 /// then no variant sleeps; none sleeps either when `spec.devices` does not hold), and what it
 /// decides now.
-pub fn prepare<'p, K: OwnerResource>(
+pub fn prepare<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
-    parsed: &'p Parsed,
+    parsed: &Parsed,
     previous: &OwnerStatus,
     problems: &mut Vec<String>,
-) -> (Option<&'p SleepPolicy>, Sleeping) {
+) -> Sleeping {
     let (Some(devices), Some(sleep)) = (parsed.devices(), parsed.sleep.as_ref()) else {
-        return (None, Sleeping::default());
+        return Sleeping::default();
     };
     match sleep {
-        Ok(policy) => {
-            let sleeping = plan(ctx, owner, obj.variants(), previous, devices, policy);
-            (Some(policy), sleeping)
-        }
+        Ok(policy) => plan(ctx, owner, obj.variants(), previous, devices, policy),
         Err(problem) => {
             problems.push(problem.clone());
-            (None, Sleeping::default())
+            Sleeping::default()
         }
     }
 }

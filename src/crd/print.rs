@@ -39,7 +39,10 @@ pub fn print_crds() -> Result<()> {
     use std::io::Write;
     let yaml = crds_yaml()?;
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(yaml.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(yaml.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
     }

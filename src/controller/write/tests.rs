@@ -8,7 +8,7 @@ use kube::Api;
 use serde_json::{Value, json};
 
 use super::super::{
-    reconcile::DeploymentWrites,
+    deployments::DeploymentWrites,
     services::ServiceWrites,
     tests::scripted::{Server, status},
 };
