@@ -30,8 +30,6 @@ struct Due {
     variant: String,
     now: Timestamp,
     reported: Reported,
-    /// Its entry, for a status that does not list it yet.
-    fallback: DeviceStatus,
     /// A poll of a Mutation whose variants sleep: what it teaches of the device's polls, and
     /// how often a poll is written anyway.
     poll: Option<(PollStats, std::time::Duration)>,
@@ -55,15 +53,21 @@ impl Due {
         }
     }
 
-    /// `list` with this heartbeat written into it, or `None` when nothing must be.
-    fn apply(&self, m: &Mutation, policy: &Policy) -> Option<Vec<DeviceStatus>> {
+    /// `list` with this heartbeat written into it, or `None` when nothing must be; `fallback`
+    /// is the device's entry for a list that does not have it yet.
+    fn apply(
+        &self,
+        m: &Mutation,
+        policy: &Policy,
+        fallback: &DeviceStatus,
+    ) -> Option<Vec<DeviceStatus>> {
         let mut list = listed(m).to_vec();
         let at = list.iter().position(|e| e.id == self.id);
         let variant = variant_status(m, &self.variant);
         if !self.must_write(at.map(|i| &list[i]), variant, policy) {
             return None;
         }
-        let entry = at.map_or(&self.fallback, |i| &list[i]);
+        let entry = at.map_or(fallback, |i| &list[i]);
         let mut updated = heard(entry, self.now, &self.reported);
         if let Some((stats, _)) = &self.poll {
             updated.poll = Some(stats.clone());
@@ -135,15 +139,13 @@ pub fn heard_from(
         state.heartbeats.polled(ns, name, id, &stats);
         (stats, poll_refresh(sleep.keep_warm, policy.persist_every))
     });
-    let Some(record) = cached_record(&state.caches, m, id) else {
-        return Ok(());
-    };
+    // The device's record in the devices Secret was found by its authentication, from the
+    // same cache: it is read again only on the write path, which must see a removal.
     let due = Due {
         id: id.clone(),
         variant: variant.clone(),
         now,
         reported: known,
-        fallback: record.entry(id),
         poll,
     };
     if !due.must_write(persisted, variant_status(m, variant), policy) {
@@ -191,10 +193,13 @@ async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due) {
                 return Ok(listed(m).to_vec());
             };
             // A device removed meanwhile is not listed again by its last request.
-            if cached_record(&caches, m, &due.id).is_none() {
+            let Some(record) = cached_record(&caches, m, &due.id) else {
                 return Ok(listed(m).to_vec());
-            }
-            Ok(due.apply(m, policy).unwrap_or_else(|| listed(m).to_vec()))
+            };
+            let fallback = record.entry(&due.id);
+            Ok(due
+                .apply(m, policy, &fallback)
+                .unwrap_or_else(|| listed(m).to_vec()))
         });
     match edit.await {
         Ok(_) => {}
