@@ -40,8 +40,9 @@ def pin_control_plane(b, cpus):
             log(f"warning: could not pin pid {pid} to CPU {cpus}")
 
 
-def request(method, url, token, body=None, cafile=None):
-    """One request; its status (None when it could not be sent)."""
+def request(method, url, token, body=None, cafile=None, out=None):
+    """One request; its status (None when it could not be sent). `out`, a path, gets the
+    answer's body."""
     u = urllib.parse.urlsplit(url)
     if u.scheme == "https":
         c = http.client.HTTPSConnection(u.hostname, u.port, timeout=10, context=ssl.create_default_context(cafile=cafile))
@@ -51,7 +52,9 @@ def request(method, url, token, body=None, cafile=None):
     try:
         c.request(method, u.path, body=body, headers=headers)
         r = c.getresponse()
-        r.read()
+        answer = r.read()
+        if out is not None:
+            out.write_bytes(answer)
         return r.status
     except (OSError, ssl.SSLError):
         return None
@@ -137,6 +140,25 @@ def get_instructions(b, name, binary, prefix, url, token, env=None, cafile=None)
     log(f"{name}: {b.R[prefix + 'instr']} instructions per GET")
 
 
+def poll_target(b, api, base):
+    """A Mutation `p` whose variant sleeps (spec.devices.sleep, defaults) and one device
+    enrolled into it by the admin: the URL of that device's poll, and its token."""
+    body = {"name": "p", "deployment": {**base, "metadata": {**base["metadata"], "name": "p"}},
+            "variants": [{"label": "a", "instances": 0}], "devices": {"sleep": {}}}
+    if request("POST", f"{api}/mutations", b.admin_token, json.dumps(body)) not in (200, 201):
+        die(f"POST {api}/mutations (p, with devices) failed (see the operator's log)")
+    enrolled = b.path("api-enroll.json")
+    enroll = json.dumps({"id": "bench", "label": "a"})
+    code = request("POST", f"{api}/mutations/p/devices", b.admin_token, enroll, out=enrolled)
+    if code not in (200, 201):
+        die(f"enrolling device bench into mutation p failed ({code}; see {enrolled})")
+    token = json.loads(enrolled.read_text())["token"]
+    poll = f"{api}/mutations/p/devices/bench/poll"
+    if request("GET", poll, token) != 200:
+        die(f"GET {poll} with the device's token failed")
+    return poll, token
+
+
 def dumped(path):
     """The instructions of one callgrind dump (its summary lines), 0 without it."""
     total = 0
@@ -215,6 +237,10 @@ def measure_pinned(b, ns):
         get_instructions(b, "tls", BIN, "tls_", f"{https}/mutations/w/variants/a", token, tls_env, tls / "tls.crt")
         if R["musl"] == "measured":
             get_instructions(b, "musl", MUSL_BIN, "musl_", get, token)
+        b.start_operator("api-poll", pinned)
+        poll, device_token = poll_target(b, api, base)
+        b.stop_operator()
+        get_instructions(b, "poll", BIN, "poll_", poll, device_token)
     b.start_operator("api-writes", pinned)
 
     # Writes: sequential, one at a time over one keep-alive connection, timed by the client;

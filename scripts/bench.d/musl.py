@@ -11,6 +11,8 @@ from common import REPO, bytes_mib, die, ge, le, log, met, output, ratio, restar
 
 TARGETS = ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl", "armv7-unknown-linux-musleabihf"]
 SIZE_TARGET = 6 * 1024 * 1024
+# The two the boards run, tighter than the dynamic build's (R50): the x86_64 and the aarch64.
+SIZE_TARGETS = {"x86_64": 48 * 1024 * 1024 // 10, "aarch64": 4 * 1024 * 1024}
 # The musl x86_64 binary is held to the glibc one's targets (memory at scale: common.py).
 P99_TARGET_MS = 2
 
@@ -47,8 +49,10 @@ def rows(b):
         yield row("binaries, static musl (scripts/musl-build)", "skipped (--no-musl)", "-", "-")
         return
     for t in TARGETS:
-        size = R[f"size_musl_{t.split('-')[0]}"]
-        yield row(f"binary, static musl {t}", f"{bytes_mib(size)} ({size} B)", "≤ 6 MiB", met(le(size, SIZE_TARGET)))
+        arch = t.split('-')[0]
+        size, target = R[f"size_musl_{arch}"], SIZE_TARGETS.get(arch, SIZE_TARGET)
+        yield row(f"binary, static musl {t}", f"{bytes_mib(size)} ({size} B)", f"≤ {bytes_mib(target)}",
+                  met(le(size, target)))
     if not R.get("idle_musl_rss"):
         return
     yield idle.judged(R, "musl x86_64: idle RSS (VmRSS / VmHWM)", "idle_musl_")

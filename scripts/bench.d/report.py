@@ -226,7 +226,10 @@ connection sends one GET (dumped), another sends {api.GET_COUNT + 1} (dumped), a
 of the two dumps is divided by {api.GET_COUNT}: the user-space instructions one GET costs on a
 kept-alive connection, without the connection's own set-up, the same from run to run. The
 glibc binary is counted over HTTPS the same way (`latency.py` checks the certificate; the
-difference leaves out the handshake). The ARM
+difference leaves out the handshake), and for a device's poll: a Mutation `p` with
+`spec.devices.sleep` (its defaults), one device enrolled into its variant by the admin, its
+polls (`GET .../devices/bench/poll` with the device's token, each a heartbeat) counted as the
+GETs are. The ARM
 binaries are measured by size only here: under qemu-user their memory and speed are qemu's.
 `scripts/edge` runs all three against the control plane (the ARM ones under qemu).
 
