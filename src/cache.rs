@@ -429,7 +429,8 @@ use generated::{deployments, services};
 use parsed::Parsings;
 use reflect::{Cached, reflected, reflected_as};
 pub use reflect::{Feed, generated_selector};
-use stale::{Watching, watch_timeout};
+use stale::Watching;
+pub use stale::watch_timeout;
 #[cfg(test)]
 use state::signalling;
 pub use state::{Cache, CacheState};

@@ -196,6 +196,7 @@ pub async fn run(config: Config) -> Result<()> {
         config.pod_namespace.as_deref(),
         &client,
         stop.clone(),
+        crate::cache::watch_timeout(watch_stale_after),
     );
     let api_listed = served.listed();
     let buffer_bytes = config.api_buffer_mib.saturating_mul(1024 * 1024);

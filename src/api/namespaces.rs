@@ -115,12 +115,15 @@ impl Served {
 
 /// The namespaces the API serves: `named` (the configuration's), else the labelled ones but
 /// [`NEVER_BY_LABEL`] and `own` (the operator's namespace), watched with `client` until
-/// `stop`.
+/// `stop`, each watch asked to end after `timeout` seconds as the caches' are
+/// ([`crate::cache::watch_timeout`]: so that a quiet watch hears a bookmark within the
+/// client's bound on its silence, R34).
 pub fn served(
     named: Option<Vec<String>>,
     own: Option<&str>,
     client: &Client,
     stop: Shutdown,
+    timeout: Option<u32>,
 ) -> Served {
     if let Some(names) = named {
         tracing::info!(namespaces = ?names, "the HTTP API serves these namespaces");
@@ -138,7 +141,7 @@ pub fn served(
         "the HTTP API serves the namespaces labelled for it"
     );
     let (tx, labelled) = watch::channel(None);
-    tokio::spawn(watch_labelled(client.clone(), tx, stop));
+    tokio::spawn(watch_labelled(client.clone(), tx, stop, timeout));
     Served::Labelled { labelled, excluded }
 }
 
@@ -147,10 +150,15 @@ async fn watch_labelled(
     client: Client,
     tx: watch::Sender<Option<BTreeSet<String>>>,
     stop: Shutdown,
+    timeout: Option<u32>,
 ) {
     // Metadata only: a Namespace's spec and status are of no use here.
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
     let config = watcher::Config::default().labels(&format!("{API_LABEL}={ENABLED}"));
+    let config = match timeout {
+        Some(timeout) => config.timeout(timeout),
+        None => config,
+    };
     let events = watcher(api, config).backoff(crate::cache::WatchBackoff::default());
     let mut events = std::pin::pin!(events);
     let stopped = stop.wait();

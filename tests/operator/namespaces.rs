@@ -129,6 +129,41 @@ async fn only_namespaces_labelled_for_the_api_are_served() {
     );
 }
 
+/// R33, R34: the watch of the namespaces labelled for the API is held to the same bound on
+/// its silence as the caches' watches: with nothing changing for more than twice the bound,
+/// the API server's bookmarks keep it open, and nothing is logged as a failure (it used to
+/// fail, with a warning, every time a quiet cluster went the bound without an event).
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_quiet_watch_of_labelled_namespaces_is_not_a_failure() {
+    const SILENCE: std::time::Duration = std::time::Duration::from_secs(6);
+    let own = TestNamespace::new("api-ns-quiet").await;
+    common::install_crds(&own.client).await;
+    let on = TestNamespace::new("api-ns-quiet-on").await;
+    label(&own, &on.name, Some("enabled")).await;
+    held_lease(&own).await;
+    let silence = SILENCE.as_secs().to_string();
+    let operator = Operator::start_with(
+        &own.name,
+        &[
+            ("MUTANT_WATCH_NAMESPACE", ""),
+            ("MUTANT_API_TOKEN", ADMIN),
+            ("MUTANT_WATCH_STALE_AFTER_SECONDS", &silence),
+            ("POD_NAMESPACE", own.name.as_str()),
+            ("POD_NAME", "api-namespaces-quiet"),
+        ],
+    );
+    let port = operator.api_port;
+    wait_api(port, &on.name).await;
+    tokio::time::sleep(2 * SILENCE + std::time::Duration::from_secs(1)).await;
+    assert_eq!(list(port, &on.name).await.status, 200);
+    let log = operator.log_text();
+    assert!(
+        !log.contains("the watch of namespaces labelled"),
+        "a quiet watch of namespaces was taken for a failure:\n{log}"
+    );
+}
+
 /// `base(name)` whose pod mounts Secret `secret` as volume `creds`.
 fn mounting(name: &str, secret: &str) -> Value {
     let mut b = base(name);
