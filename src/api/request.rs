@@ -45,7 +45,8 @@ pub struct Ctx<'r> {
     /// The Mutation the path names, from the cache: looked up once per request (again only
     /// after a check with the API server or a validated read has refreshed the cache).
     pub mutation: Option<Arc<Mutation>>,
-    /// Its policies, parsed when it entered the cache (R50), looked up with it.
+    /// Its policies, parsed when it entered the cache (R50), looked up with it when it has
+    /// devices.
     pub parsed: Option<Arc<Parsed>>,
     /// Whether the API serves the namespace ([`Ctx::served_by`]).
     pub served: bool,
@@ -86,12 +87,18 @@ impl<'r> Ctx<'r> {
         Ok(())
     }
 
-    /// Looks the Mutation and its policies up (again, after something refreshed the cache).
+    /// Looks the Mutation up (again, after something refreshed the cache), and its policies
+    /// when it has devices: only a device's requests read them, and a Mutation without
+    /// `spec.devices` has none, so its requests skip the look-up.
     fn refresh(&mut self, state: &ApiState) {
         self.mutation = self
             .name
             .and_then(|name| state.caches.mutation(self.ns, name));
-        self.parsed = self.mutation.as_deref().map(|m| state.caches.parsed(m));
+        self.parsed = self
+            .mutation
+            .as_deref()
+            .filter(|m| m.spec.devices.is_some())
+            .map(|m| state.caches.parsed(m));
     }
 
     /// Whether the Mutation has `spec.devices` (its token then enrolls only, R39).
