@@ -39,13 +39,14 @@
 //! `pod_security`, all re-exported below.
 
 pub(crate) mod access;
+mod base_env;
 mod baseline;
 mod build;
-mod cmdline;
 pub(crate) mod commands;
 pub(crate) mod converge;
 pub(crate) mod departure;
 pub(crate) mod devices;
+mod families;
 mod meta;
 mod names;
 mod observed;

@@ -2,8 +2,10 @@
 //! device of the Mutation, so it is held to what a device needs: settings of the app, never
 //! what changes which code runs or what it can read.
 //!
-//! - [`STARTUP_ENV`]: the one list of the variables that change how a process loads or starts,
-//!   refused unless the owner names them in `spec.deviceAccess.env`;
+//! - env: by default no name of the `families` (what changes how a process loads, starts,
+//!   connects or whom it trusts), no variable the base sets itself or may take from `envFrom`,
+//!   no name the base expands into a command line (`base_env`), no shadow of a `valueFrom`
+//!   entry; the owner's `spec.deviceAccess.env` allows by name;
 //! - [`DeviceLimits`]: the bounds (instances, variants, env entries, value length), from the
 //!   defaults and `spec.deviceAccess`;
 //! - [`device_may_add`] and [`device_may_scale`]: the checks of a token's request, each refusal
@@ -18,106 +20,15 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::cmdline::command_line_names;
+pub use super::families::env_key;
+use super::{
+    base_env::{Replaced, reaching},
+    families::denied,
+};
 use crate::crd::{
     DeviceAccess, Variant,
     limits::{DEVICE_MAX_ENV, DEVICE_MAX_INSTANCES, DEVICE_MAX_VALUE, DEVICE_MAX_VARIANTS},
 };
-
-/// The variables that change how a process loads or starts, which a Mutation's token may not
-/// set unless the owner lists them by name in `spec.deviceAccess.env`. A trailing `*` stands
-/// for any rest of the name. Names are compared without regard to case (npm reads its
-/// settings in any case; no app setting worth having differs from these by case alone).
-pub const STARTUP_ENV: &[&str] = &[
-    // the dynamic loader and the C library: libraries preloaded or searched, audit modules,
-    // character-set modules, tunables parsed by the loader
-    "LD_*",
-    "GCONV_PATH",
-    "GLIBC_TUNABLES",
-    // shells: files sourced at start, options, traces evaluated, exported functions
-    "BASH_ENV",
-    "ENV",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "BASH_FUNC_*",
-    // where executables are found, and the start-up files read from home
-    "PATH",
-    "HOME",
-    // the JVM: agents and options on every start; the class path
-    "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS",
-    "JAVA_OPTS",
-    "CLASSPATH",
-    // Node.js and npm: --require, --inspect, module paths, npm's own settings (script-shell)
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    "NPM_CONFIG_*",
-    // Python, Perl, Ruby, Lua, PHP: module paths, start-up scripts, interpreter options
-    "PYTHON*",
-    "PERL5*",
-    "PERLLIB",
-    "RUBYOPT",
-    "RUBYLIB",
-    "LUA_*",
-    "PHPRC",
-    "PHP_INI_SCAN_DIR",
-    // .NET: start-up hooks, extra dependencies, profilers loaded into the process
-    "DOTNET_STARTUP_HOOKS",
-    "DOTNET_ADDITIONAL_DEPS",
-    "CORECLR_*",
-    // OpenSSL: its configuration loads engines and providers (shared libraries)
-    "OPENSSL_CONF",
-    "OPENSSL_ENGINES",
-    "OPENSSL_MODULES",
-    // JVM launchers' options (Tomcat, Maven, Gradle, Kotlin, Scala, sbt, Elasticsearch, ...)
-    "CATALINA_OPTS",
-    "CATALINA_*",
-    "JVM_OPTS",
-    "MAVEN_OPTS",
-    "MAVEN_ARGS",
-    "GRADLE_OPTS",
-    "KOTLIN_OPTS",
-    "SCALA_OPTS",
-    "SBT_OPTS",
-    "ES_JAVA_OPTS",
-    "JAVA_HOME",
-    // git and ssh: configuration, commands run for ssh and for credentials
-    "GIT_*",
-    "SSH_ASKPASS",
-    "SSH_AUTH_SOCK",
-    // proxies, and where TLS peers are checked (or not)
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "FTP_PROXY",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "CURL_CA_BUNDLE",
-    "REQUESTS_CA_BUNDLE",
-    "NODE_TLS_REJECT_UNAUTHORIZED",
-    "NODE_EXTRA_CA_CERTS",
-    // the resolver: search domains, options, host aliases
-    "LOCALDOMAIN",
-    "RES_OPTIONS",
-    "HOSTALIASES",
-    "RESOLV_*",
-];
-
-/// How env names are compared where a device could shadow or sneak in a name (R41): upper
-/// case, with '-' and '.' as '_', as apps and libraries that read their settings loosely
-/// (case-insensitively, or with dots and dashes folded) do.
-pub fn env_key(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            '-' | '.' => '_',
-            c => c.to_ascii_uppercase(),
-        })
-        .collect()
-}
 
 /// One entry of `deviceAccess.env`: `NAME` (every container: `None`) or `container/NAME`
 /// (that container only).
@@ -187,17 +98,6 @@ pub fn route_device_env(access: Option<&DeviceAccess>, variant: &Variant) -> Var
     }
     routed.env = everywhere.into();
     routed
-}
-
-/// Whether `name` is one of [`STARTUP_ENV`], compared as [`env_key`] does.
-pub fn is_startup_env(name: &str) -> bool {
-    let upper = env_key(name);
-    STARTUP_ENV
-        .iter()
-        .any(|entry| match entry.strip_suffix('*') {
-            Some(prefix) => upper.starts_with(prefix),
-            None => upper == *entry,
-        })
 }
 
 /// How a Mutation's env value is written into its Deployment: every `$` doubled. The kubelet
@@ -312,17 +212,18 @@ pub fn device_may_add(
     }
     let from_elsewhere: BTreeSet<String> =
         value_from_names(base).iter().map(|n| env_key(n)).collect();
-    let on_command_lines = command_line_names(base);
+    let (reaches, replaced) = (reaching(base), Replaced::of(base));
     let allowed = access.and_then(|a| a.env.as_ref());
     for (name, value) in &variant.env {
-        // R41: a name the base passes to a command line is the owner's to
-        // allow by name; no default lets it through.
+        // R41: a name whose value the base expands into a command line, a probe, a hook,
+        // a sub-path or a start-up variable is the owner's to allow by name; no default lets
+        // it through.
         let listed = allowed.is_some_and(|names| env_targets(names, name).is_some());
-        if !listed && let Some((_, container)) = on_command_lines.iter().find(|(n, _)| n == name) {
+        if !listed && let Some(reach) = reaches.iter().find(|r| r.name == *name) {
             return Err(format!(
-                "env {name:?}: the base's container {container:?} passes $({name}) to its command \
-                 line, so a value would run as part of it; a Mutation's token may set it only \
-                 when the owner lists it in spec.deviceAccess.env"
+                "env {name:?}: {}, so a value would run as part of it; a Mutation's token may \
+                 set it only when the owner lists it in spec.deviceAccess.env",
+                reach.describe()
             ));
         }
         if let Some(base_name) = from_elsewhere.get(&env_key(name)) {
@@ -345,12 +246,7 @@ pub fn device_may_add(
                      spec.deviceAccess.env lists, and it lists none"
                 ));
             }
-            None if is_startup_env(name) => {
-                return Err(format!(
-                    "env {name:?}: changes how a process loads or starts; a Mutation's token \
-                     may set it only when the owner lists it in spec.deviceAccess.env"
-                ));
-            }
+            None => default_env(name, &replaced)?,
             _ => {}
         }
         // In bytes (R32): what is stored, and what the request body carries.
@@ -363,6 +259,26 @@ pub fn device_may_add(
                 bound_source("maxValueLength", set(|a| a.max_value_length.is_some()))
             ));
         }
+    }
+    Ok(())
+}
+
+/// Without the owner's list, whether a token may set `name` (R32): not one of the families
+/// of [`super::families`], and not a variable the base sets itself or may take from
+/// `envFrom`. Err names the family or the base's entry.
+fn default_env(name: &str, replaced: &Replaced) -> Result<(), String> {
+    if let Some(family) = denied(name) {
+        return Err(format!(
+            "env {name:?}: one of {family}, which change how a process loads, starts or \
+             connects, or whom it trusts; a Mutation's token may set it only when the owner \
+             lists it in spec.deviceAccess.env"
+        ));
+    }
+    if let Some(what) = replaced.replaces(name) {
+        return Err(format!(
+            "env {name:?}: {what}; a Mutation's token may replace a variable of the base only \
+             when the owner lists it in spec.deviceAccess.env"
+        ));
     }
     Ok(())
 }

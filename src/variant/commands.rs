@@ -1,15 +1,17 @@
 //! What a token's variant may not pass to a command line once the base changes
-//! (R41). The HTTP API refuses a token's env name that the base passes to a command
-//! line as `$(NAME)` unless the owner lists it in `spec.deviceAccess.env`; a base edited later
-//! to pass such a name would still run what a board sent. So a variant added by a token
-//! (`byToken`) that sets a name the base now passes to a command line, unlisted, is held back
-//! as Invalid, and its Deployment keeps what it had.
+//! (R41). The HTTP API refuses a token's env name whose value the base expands into a
+//! command line, a probe, a hook, a sub-path or a start-up variable (`base_env::reaching`)
+//! unless the owner lists it in `spec.deviceAccess.env`; a base edited later to expand such a
+//! name would still run what a board sent. So a variant added by a token (`byToken`) that sets
+//! a name the base now expands so, unlisted, is held back as Invalid, and its Deployment keeps
+//! what it had.
 
-use super::{access::env_targets, build::Planned, cmdline::command_line_names, validate::Base};
+use super::{access::env_targets, base_env::reaching, build::Planned, validate::Base};
 use crate::crd::{Variant, limits::DeviceAccess};
 
 /// Why the token's variant `v` may not be applied over `base`: the first name it sets (in its
-/// env or a container's) that the base passes to a command line and `access` does not list.
+/// env or a container's) that reaches an expanded field of the base and `access` does not
+/// list.
 pub fn command_line_problem(
     base: &Base,
     access: Option<&DeviceAccess>,
@@ -19,7 +21,7 @@ pub fn command_line_problem(
         return None;
     }
     let listed = access.and_then(|a| a.env.as_deref()).unwrap_or_default();
-    let on_command_lines = command_line_names(base.value());
+    let reaches = reaching(base.value());
     let set = v.env.iter().map(|(name, _)| name).chain(
         v.containers
             .iter()
@@ -29,11 +31,12 @@ pub fn command_line_problem(
         if env_targets(listed, name).is_some() {
             continue;
         }
-        if let Some((_, container)) = on_command_lines.iter().find(|(n, _)| n == name) {
+        if let Some(reach) = reaches.iter().find(|r| r.name == *name) {
             return Some(format!(
-                "env {name:?}: set by a Mutation's token, and the base's container {container:?} \
-                 now passes $({name}) to its command line, so the value would run as part of it; \
-                 the owner may list it in spec.deviceAccess.env, or remove it from the variant"
+                "env {name:?}: set by a Mutation's token, and now {}, so the value would run \
+                 as part of it; the owner may list it in spec.deviceAccess.env, or remove it \
+                 from the variant",
+                reach.describe()
             ));
         }
     }

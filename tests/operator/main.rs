@@ -50,6 +50,7 @@ mod prometheus_operator;
 mod rbac;
 mod refused;
 mod replicas;
+mod rights_env;
 mod rollout;
 mod scoped;
 mod secret;

@@ -21,7 +21,7 @@ async fn a_token_looping_changes_gets_429_and_its_events_are_a_series() {
         .await;
     assert_eq!(created.status, 201, "{created:?}");
     let token = f.token("web").await;
-    let board = json!({"label": "board", "env": {"MODE": "kiosk"}, "instances": 0});
+    let board = json!({"label": "board", "env": {"SCREEN": "kiosk"}, "instances": 0});
 
     // Five times: add the variant, wait for its Deployment, remove it, wait until it is gone.
     // Ten changes, within the token's burst.

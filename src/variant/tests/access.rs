@@ -10,9 +10,10 @@ use crate::crd::{
     limits::{MAX_ENV, MAX_ENV_VALUE, MAX_INSTANCES, MAX_VARIANTS},
 };
 use crate::variant::access::{
-    DeviceLimits, device_may_add, device_may_scale, is_startup_env, literal_env_value,
-    validate_device_access, value_from_names,
+    DeviceLimits, device_may_add, device_may_scale, literal_env_value, validate_device_access,
+    value_from_names,
 };
+use crate::variant::families::denied;
 
 /// A base whose container has a literal entry, and one from each kind of `valueFrom`.
 pub(super) fn base_with_secrets() -> Value {
@@ -79,8 +80,9 @@ fn startup_variables_are_recognised() {
         "DOTNET_STARTUP_HOOKS",
         "CORECLR_PROFILER_PATH",
         "OPENSSL_CONF",
+        "MY_PATH",
     ] {
-        assert!(is_startup_env(name), "{name} should be refused");
+        assert!(denied(name).is_some(), "{name} should be refused");
     }
     for name in [
         "FEATURE_X",
@@ -91,11 +93,10 @@ fn startup_variables_are_recognised() {
         "LANG",
         "TZ",
         "PATHNAME",
-        "MY_PATH",
         "ENVIRONMENT",
         "HOMEPAGE",
     ] {
-        assert!(!is_startup_env(name), "{name} should be allowed");
+        assert!(denied(name).is_none(), "{name} should be allowed");
     }
 }
 
@@ -104,10 +105,24 @@ fn startup_variables_are_recognised() {
 fn app_settings_are_allowed() {
     assert_eq!(refusal(None, &[("FEATURE_X", "on")], 2), "");
     assert_eq!(refusal(None, &[("SNAP_RES", "1280x800")], 3), "");
-    // a literal base entry may be replaced, as R4 says
-    assert_eq!(refusal(None, &[("TITLE", "kiosk")], 1), "");
     // a value that looks like a reference is fine: it is written literal
-    assert_eq!(refusal(None, &[("TITLE", "$(DB_PASSWORD)")], 1), "");
+    assert_eq!(refusal(None, &[("SUBTITLE", "$(DB_PASSWORD)")], 1), "");
+}
+
+// R32: a literal entry of the base is the owner's: a token replaces it only when the owner
+// lists it (an admin's variant may, as R4 says)
+#[test]
+fn a_literal_base_entry_is_the_owners_to_open() {
+    let said = refusal(None, &[("title", "kiosk")], 1);
+    assert!(
+        said.contains("\"TITLE\"") && said.contains("value of its own"),
+        "{said}"
+    );
+    let listed = DeviceAccess {
+        env: Some(vec!["TITLE".into()]),
+        ..DeviceAccess::default()
+    };
+    assert_eq!(refusal(Some(&listed), &[("TITLE", "kiosk")], 1), "");
 }
 
 // R32: a base entry that has valueFrom cannot be replaced by a token, whatever the owner says.
@@ -202,17 +217,17 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
     );
     assert_eq!(refusal(None, &env[..32], 1), "");
     let long = "x".repeat(4097);
-    let e = refusal(None, &[("TITLE", &long)], 1);
+    let e = refusal(None, &[("SUBTITLE", &long)], 1);
     assert!(
-        e.contains("env \"TITLE\"") && e.contains("4097") && e.contains("at most 4096"),
+        e.contains("env \"SUBTITLE\"") && e.contains("4097") && e.contains("at most 4096"),
         "{e}"
     );
     // R32: the bound counts bytes, what is stored and sent: 1024 four-byte
     // characters fit, one more does not.
     let wide = "\u{1F4A1}".repeat(1024);
-    assert_eq!(refusal(None, &[("TITLE", &wide)], 1), "");
+    assert_eq!(refusal(None, &[("SUBTITLE", &wide)], 1), "");
     let wider = "\u{1F4A1}".repeat(1025);
-    let e = refusal(None, &[("TITLE", &wider)], 1);
+    let e = refusal(None, &[("SUBTITLE", &wider)], 1);
     assert!(
         e.contains("4100 bytes") && e.contains("at most 4096"),
         "{e}"
@@ -242,7 +257,7 @@ fn tokens_are_bounded_and_the_owner_moves_the_bounds() {
         "{e}"
     );
     assert_eq!(refusal(Some(&owner_says), &env, 2), "");
-    assert_eq!(refusal(Some(&owner_says), &[("TITLE", &long)], 1), "");
+    assert_eq!(refusal(Some(&owner_says), &[("SUBTITLE", &long)], 1), "");
     assert!(
         device_may_add(
             &base_json(),

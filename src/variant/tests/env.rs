@@ -8,9 +8,9 @@ use super::access::{base_with_secrets, refusal};
 use super::*;
 use crate::crd::DeviceAccess;
 use crate::variant::access::{
-    device_may_add, env_targets, is_startup_env, route_device_env, validate_device_access,
+    device_may_add, env_targets, route_device_env, validate_device_access,
 };
-use crate::variant::cmdline::command_line_names;
+use crate::variant::{base_env::reaching, families::denied};
 
 /// [`refusal`] for a Mutation with spec.devices (R41: env is deny-by-default).
 fn refusal_with_devices(access: Option<&DeviceAccess>, env: &[(&str, &str)]) -> String {
@@ -43,7 +43,7 @@ fn the_deny_list_is_compared_loosely_and_grown() {
         "ld.preload",
         "MAVEN_OPTS",
     ] {
-        assert!(is_startup_env(name), "{name} should be refused");
+        assert!(denied(name).is_some(), "{name} should be refused");
         assert!(refusal(None, &[(name, "x")], 1).contains(name), "{name}");
     }
     for shadow in ["db_password", "Db-Password", "DB.PASSWORD", "pod-name"] {
@@ -169,7 +169,11 @@ fn names_on_a_command_line_are_the_owners_to_allow() {
         "exec snap --title $(TITLE) --size $$(SIZE) $(UNCLOSED"
     ]);
     b["spec"]["template"]["spec"]["initContainers"][0]["args"] = json!(["--mode=$(MODE)"]);
-    let names: Vec<(String, String)> = command_line_names(&b).into_iter().collect();
+    let mut names: Vec<(String, String)> = reaching(&b)
+        .into_iter()
+        .map(|r| (r.name, r.container))
+        .collect();
+    names.sort();
     assert_eq!(
         names,
         [
@@ -202,5 +206,5 @@ fn names_on_a_command_line_are_the_owners_to_allow() {
     };
     assert!(add(Some(&listed), "TITLE", false).is_ok());
     assert!(add(Some(&listed), "TITLE", true).is_ok());
-    assert!(command_line_names(&base_json()).is_empty());
+    assert!(reaching(&base_json()).is_empty());
 }
