@@ -311,7 +311,10 @@ fn releases_get_names_of_their_own() {
                     // The operator's ClusterRole and binding, the roles aggregated into the
                     // built-in edit, admin and view (R33), and the policy on its Service
                     // writes and its binding (R28).
-                    let policy = [format!("{fullname}-services")];
+                    let policy = [
+                        format!("{fullname}-services"),
+                        format!("{fullname}-secrets"),
+                    ];
                     let allowed = match kind.as_str() {
                         "ClusterRole" => &aggregated[..],
                         "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
@@ -346,17 +349,21 @@ fn releases_get_names_of_their_own() {
             assert_eq!(b["subjects"][0]["namespace"], namespace);
         }
         find(&docs, "ServiceAccount", fullname);
-        // The policy holds this release's ServiceAccount, and its binding names it.
-        let policy = format!("{fullname}-services");
-        let user = format!("'system:serviceaccount:{namespace}:{fullname}'");
-        let condition = &find(&docs, "ValidatingAdmissionPolicy", &policy)["spec"]["matchConditions"]
-            [0]["expression"];
-        assert!(
-            condition.as_str().unwrap().ends_with(&user),
-            "{condition:?}"
-        );
-        let binding = find(&docs, "ValidatingAdmissionPolicyBinding", &policy);
-        assert_eq!(binding["spec"]["policyName"], policy.as_str());
+        // The policies hold this release's ServiceAccount, and their bindings name them.
+        for policy in [
+            format!("{fullname}-services"),
+            format!("{fullname}-secrets"),
+        ] {
+            let user = format!("'system:serviceaccount:{namespace}:{fullname}'");
+            let condition = &find(&docs, "ValidatingAdmissionPolicy", &policy)["spec"]["matchConditions"]
+                [0]["expression"];
+            assert!(
+                condition.as_str().unwrap().ends_with(&user),
+                "{condition:?}"
+            );
+            let binding = find(&docs, "ValidatingAdmissionPolicyBinding", &policy);
+            assert_eq!(binding["spec"]["policyName"], policy.as_str());
+        }
         find(&docs, "Service", &format!("{fullname}-api"));
         let deployment = find(&docs, "Deployment", &format!("{fullname}-operator"));
         let pod = &deployment["spec"]["template"]["spec"];
@@ -389,7 +396,9 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
         format!("ClusterRole/{fullname}-edit"),
         format!("ClusterRole/{fullname}-view"),
         format!("ClusterRoleBinding/{fullname}"),
+        format!("ValidatingAdmissionPolicy/{fullname}-secrets"),
         format!("ValidatingAdmissionPolicy/{fullname}-services"),
+        format!("ValidatingAdmissionPolicyBinding/{fullname}-secrets"),
         format!("ValidatingAdmissionPolicyBinding/{fullname}-services"),
     ];
     assert_eq!(cluster_scoped, expected);
@@ -406,10 +415,12 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     let aggregated = ["edit", "view"]
         .map(|suffix| common::RemoveOnDrop::<ClusterRole>::new(&format!("{fullname}-{suffix}")));
     let policy = format!("{fullname}-services");
-    let policies = (
-        common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new(&policy),
-        common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new(&policy),
-    );
+    let policies = [policy.clone(), format!("{fullname}-secrets")].map(|name| {
+        (
+            common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new(&name),
+            common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new(&name),
+        )
+    });
 
     let input: String = docs
         .iter()
@@ -505,7 +516,9 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     .await;
     let labelled = "apiVersion: v1\nkind: Service\nmetadata:\n  name: ours\n  labels:\n    \
          mutantops.neiam.org/kind: mutation\n    mutantops.neiam.org/owner: m\n    \
-         mutantops.neiam.org/variant: a\nspec:\n  ports: [{port: 80}]\n";
+         mutantops.neiam.org/variant: a\nspec:\n  ports: [{port: 80}]\n  selector:\n    \
+         mutantops.neiam.org/kind: mutation\n    mutantops.neiam.org/owner: m\n    \
+         mutantops.neiam.org/variant: a\n";
     let out = kubectl(&format!("create -f - {as_account}"), labelled);
     assert!(out.status.success(), "a labelled Service: {}", text(&out));
     let out = kubectl(
@@ -515,6 +528,26 @@ async fn the_rendered_chart_installs_on_the_control_plane() {
     assert!(out.status.success(), "as the admin: {}", text(&out));
     let out = kubectl(&format!("delete service plain {as_account}"), "");
     assert!(refused(&out), "{}", text(&out));
+    // R28: and the release's Secrets policy to the Mutations' own Secrets.
+    let secrets = format!("{fullname}-secrets");
+    common::wait_for(
+        "the Secrets policy in force",
+        Duration::from_secs(30),
+        || async {
+            let out = kubectl(
+                &format!("create secret generic stray --from-literal=a=b {as_account}"),
+                "",
+            );
+            if !out.status.success()
+                && text(&out).contains(&format!("ValidatingAdmissionPolicy '{secrets}'"))
+            {
+                Ok(())
+            } else {
+                Err(text(&out))
+            }
+        },
+    )
+    .await;
 
     // Gone again: the cluster-scoped objects now, the namespace (and all in it) after.
     drop((binding, role, aggregated, policies));

@@ -123,33 +123,47 @@ fn operator_manifest_hardening() {
         find("Namespace")["metadata"]["name"].as_str(),
         Some("mutants")
     );
-    // R28: the policy on Service writes holds this manifest's ServiceAccount,
-    // for every write of a Service, and its binding denies.
+    // R28: the policies on Service and Secret writes hold this manifest's ServiceAccount,
+    // for every write of a Service and every create and update of a Secret, and their
+    // bindings deny.
     let account = &find("ServiceAccount")["metadata"];
     let user = format!(
         "request.userInfo.username == 'system:serviceaccount:{}:{}'",
         account["namespace"].as_str().unwrap(),
         account["name"].as_str().unwrap()
     );
-    let policy = find("ValidatingAdmissionPolicy");
-    let spec = &policy["spec"];
-    assert_eq!(
-        spec["matchConditions"][0]["expression"].as_str(),
-        Some(user.as_str())
-    );
-    assert_eq!(spec["failurePolicy"], "Fail");
-    let rule = &spec["matchConstraints"]["resourceRules"][0];
-    assert_eq!(rule["resources"][0], "services");
-    let operations: Vec<&str> = rule["operations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o.as_str().unwrap())
-        .collect();
-    assert_eq!(operations, ["CREATE", "UPDATE", "DELETE"]);
-    let binding = &find("ValidatingAdmissionPolicyBinding")["spec"];
-    assert_eq!(binding["policyName"], policy["metadata"]["name"]);
-    assert_eq!(binding["validationActions"][0], "Deny");
+    for (name, resource, ops) in [
+        (
+            "mutantops-services",
+            "services",
+            &["CREATE", "UPDATE", "DELETE"][..],
+        ),
+        ("mutantops-secrets", "secrets", &["CREATE", "UPDATE"][..]),
+    ] {
+        let named = |kind: &str| {
+            docs.iter()
+                .find(|d| d["kind"].as_str() == Some(kind) && d["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("no {kind} {name}"))
+        };
+        let spec = &named("ValidatingAdmissionPolicy")["spec"];
+        assert_eq!(
+            spec["matchConditions"][0]["expression"].as_str(),
+            Some(user.as_str())
+        );
+        assert_eq!(spec["failurePolicy"], "Fail");
+        let rule = &spec["matchConstraints"]["resourceRules"][0];
+        assert_eq!(rule["resources"][0], resource);
+        let operations: Vec<&str> = rule["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        assert_eq!(operations, ops);
+        let binding = &named("ValidatingAdmissionPolicyBinding")["spec"];
+        assert_eq!(binding["policyName"], name);
+        assert_eq!(binding["validationActions"][0], "Deny");
+    }
 }
 
 #[test]

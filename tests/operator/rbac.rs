@@ -68,6 +68,13 @@ async fn the_operator_runs_with_its_service_account() {
         .then(|| {
             common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new("mutantops-services")
         });
+    // R28: the policy on the account's Secret writes, and its binding.
+    let _secrets = (!existed("validatingadmissionpolicy", "mutantops-secrets"))
+        .then(|| common::RemoveOnDrop::<ValidatingAdmissionPolicy>::new("mutantops-secrets"));
+    let _secrets_binding = (!existed("validatingadmissionpolicybinding", "mutantops-secrets"))
+        .then(|| {
+            common::RemoveOnDrop::<ValidatingAdmissionPolicyBinding>::new("mutantops-secrets")
+        });
     // The namespace first, so the dry run can place the namespaced objects in it.
     let _ = kubectl(&["create", "namespace", "mutants"]);
     ok(
@@ -169,6 +176,8 @@ async fn the_operator_runs_with_its_service_account() {
     kubeconfig_with_token(token.trim(), &kubeconfig);
     // R28: with that token, only Services labelled as a variant's are written.
     policy::only_labelled_services(&ns.name, &kubeconfig).await;
+    // R28: and only a Mutation's own Secrets.
+    policy::only_its_secrets(&ns.name, &kubeconfig).await;
     let operator = Operator::start_with(
         &ns.name,
         &[
@@ -235,6 +244,25 @@ async fn the_operator_runs_with_its_service_account() {
         }
     })
     .await;
+
+    // R39, R28: devices under the Secrets policy: the first enrollment creates Secret
+    // boards-devices, the second updates it, a removal updates it again.
+    let key = super::devices::create(&f, "boards", json!({"enrollment": "Open"}), json!({})).await;
+    for id in ["a", "b"] {
+        let body = json!({"id": id, "variant": {"label": format!("board-{id}"), "instances": 0}});
+        super::devices::enrolled(&f, "boards", &key, body).await;
+    }
+    let removed = f
+        .call("DELETE", "/mutations/boards/devices/a", Some(ADMIN), None)
+        .await;
+    assert_eq!(removed.status, 204, "{removed:?}");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = f.ns.api();
+    let held = secrets.get("boards-devices").await.unwrap();
+    let keys: Vec<&String> = held.data.iter().flat_map(|d| d.keys()).collect();
+    assert!(
+        keys.iter().any(|k| k.ends_with(".b")) && !keys.iter().any(|k| k.ends_with(".a")),
+        "{keys:?}"
+    );
 
     let log = f.operator.log_text();
     assert!(

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::{
     Api, Client, Config,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -43,19 +43,24 @@ fn service(name: &str, labelled: bool) -> Service {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": { "name": name, "labels": labels },
-        "spec": { "ports": [{ "port": 80 }] },
+        "spec": { "ports": [{ "port": 80 }], "selector": labels },
     }))
     .unwrap()
 }
 
 /// Whether `result` is the policy's refusal (403 naming it), not RBAC's or anything else.
 fn refused_by_policy<T: std::fmt::Debug>(result: &kube::Result<T>) -> bool {
+    refused_by(POLICY, result)
+}
+
+/// Whether `result` is policy `name`'s refusal (403 naming it).
+fn refused_by<T: std::fmt::Debug>(name: &str, result: &kube::Result<T>) -> bool {
     match result {
         Err(kube::Error::Api(status)) => {
             status.code == 403
                 && status
                     .message
-                    .contains(&format!("ValidatingAdmissionPolicy '{POLICY}'"))
+                    .contains(&format!("ValidatingAdmissionPolicy '{name}'"))
         }
         _ => false,
     }
@@ -100,6 +105,26 @@ pub(super) async fn only_labelled_services(ns: &str, kubeconfig: &Path) {
         )
         .await;
     assert!(applied.is_ok(), "{applied:?}");
+    // R28: a variant's Service reaches no external address and selects only that variant's
+    // pods: externalIPs, and a selector wider or other than its own three labels, are refused.
+    let mut external = service("ours", true);
+    external.spec.as_mut().unwrap().external_ips = Some(vec!["203.0.113.7".into()]);
+    let mut wide = service("ours", true);
+    wide.spec.as_mut().unwrap().selector = Some([("app".to_owned(), "db".to_owned())].into());
+    let mut partial = service("ours", true);
+    if let Some(selector) = partial.spec.as_mut().unwrap().selector.as_mut() {
+        selector.remove("mutantops.neiam.org/variant");
+    }
+    for bad in [external, wide, partial] {
+        let applied = operator
+            .patch(
+                "ours",
+                &PatchParams::apply("mutantops-operator").force(),
+                &Patch::Apply(bad),
+            )
+            .await;
+        assert!(refused_by_policy(&applied), "{applied:?}");
+    }
     // Its labels cannot be taken off.
     let stripped = operator
         .patch(
@@ -152,6 +177,126 @@ pub(super) async fn only_labelled_services(ns: &str, kubeconfig: &Path) {
         .unwrap();
     admin
         .delete("theirs", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// A Secret `name` in the shape the operator writes them: labelled as Mutation `owner`'s and
+/// controlled by `mutation` (its uid) when given.
+fn secret(name: &str, owner: &str, controlled_by: Option<&str>) -> Secret {
+    let references = controlled_by.map(|uid| {
+        json!([{ "apiVersion": "neiam.org/v1", "kind": "Mutation", "name": owner,
+                 "uid": uid, "controller": true }])
+    });
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "labels": {"mutantops.neiam.org/kind": "mutation", "mutantops.neiam.org/owner": owner},
+            "ownerReferences": references.unwrap_or(json!([])),
+        },
+        "data": {},
+    }))
+    .unwrap()
+}
+
+/// R28: the policy mutantops-secrets, as the bundle installs it, holds the operator's
+/// ServiceAccount to a Mutation's token and devices Secrets: it creates those, labelled and
+/// controlled by the Mutation, updates only the devices Secret, and may not create or change
+/// any other Secret (someone else's, one without the Mutation's ownerReference, one taken over
+/// by labelling it), although its ClusterRole would let it. The cluster admin is not held.
+pub(super) async fn only_its_secrets(ns: &str, kubeconfig: &Path) {
+    const SECRETS: &str = "mutantops-secrets";
+    let client = common::client().await;
+    let admin: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let operator: Api<Secret> = Api::namespaced(client_from(kubeconfig).await, ns);
+    let post = PostParams::default();
+    // A Mutation for the Secrets to belong to (no operator runs yet: nothing else is made).
+    let mutations: Api<Mutation> = Api::namespaced(client, ns);
+    let web: Mutation = serde_json::from_value(json!({
+        "apiVersion": "neiam.org/v1", "kind": "Mutation",
+        "metadata": {"name": "web"},
+        "spec": {"deployment": base("web"), "variants": []},
+    }))
+    .unwrap();
+    let uid = mutations
+        .create(&post, &web)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+
+    // Not the operator's to create: unlabelled, without the ownerReference, another name.
+    wait_for(
+        "the Secrets policy in force",
+        Duration::from_secs(30),
+        || async {
+            let stray: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stray"}}))
+            .unwrap();
+            let created = operator.create(&post, &stray).await;
+            if refused_by(SECRETS, &created) {
+                return Ok(());
+            }
+            let _ = admin.delete("stray", &DeleteParams::default()).await;
+            Err(format!("{created:?}"))
+        },
+    )
+    .await;
+    for bad in [
+        secret("web-secret", "web", None),
+        secret("web-other", "web", Some(&uid)),
+    ] {
+        let created = operator.create(&post, &bad).await;
+        assert!(refused_by(SECRETS, &created), "{created:?}");
+    }
+    // Its own: created; the devices Secret updated, the token Secret not.
+    operator
+        .create(&post, &secret("web-secret", "web", Some(&uid)))
+        .await
+        .unwrap();
+    let devices = operator
+        .create(&post, &secret("web-devices", "web", Some(&uid)))
+        .await
+        .unwrap();
+    let mut changed = devices.clone();
+    changed.string_data = Some([("device.a".to_owned(), "x".to_owned())].into());
+    let updated = operator.replace("web-devices", &post, &changed).await;
+    assert!(updated.is_ok(), "{updated:?}");
+    let token = admin.get("web-secret").await.unwrap();
+    let mut rewritten = token.clone();
+    rewritten.string_data = Some([("token".to_owned(), "0".repeat(64))].into());
+    let replaced = operator.replace("web-secret", &post, &rewritten).await;
+    assert!(refused_by(SECRETS, &replaced), "{replaced:?}");
+    // The devices Secret cannot be freed of its Mutation.
+    let mut freed = operator.get("web-devices").await.unwrap();
+    freed.metadata.owner_references = Some(Vec::new());
+    let released = operator.replace("web-devices", &post, &freed).await;
+    assert!(refused_by(SECRETS, &released), "{released:?}");
+    // Someone else's Secret is not taken over by labelling it as the Mutation's.
+    let theirs = admin
+        .create(
+            &post,
+            &serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "web-devices-2"}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut taken = theirs.clone();
+    taken.metadata.labels = secret("x", "web", None).metadata.labels;
+    taken.metadata.owner_references = secret("x", "web", Some(&uid)).metadata.owner_references;
+    let took = operator.replace("web-devices-2", &post, &taken).await;
+    assert!(refused_by(SECRETS, &took), "{took:?}");
+    // The admin is not held to it.
+    admin
+        .replace("web-secret", &post, &rewritten)
+        .await
+        .unwrap();
+    mutations
+        .delete("web", &DeleteParams::default())
         .await
         .unwrap();
 }

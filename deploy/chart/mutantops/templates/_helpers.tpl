@@ -45,6 +45,11 @@ The fullname every object is named after: the release name when it contains the 
 {{- printf "%s-services" (include "mutantops.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* ValidatingAdmissionPolicy and binding <fullname>-secrets. */}}
+{{- define "mutantops.secretPolicyName" -}}
+{{- printf "%s-secrets" (include "mutantops.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* The selector: what operator.yml selects on. */}}
 {{- define "mutantops.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "mutantops.name" . }}
