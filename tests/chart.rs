@@ -246,6 +246,32 @@ fn values_render_where_documented() {
     };
     assert_eq!(env("RUST_LOG")["value"], "info,mutantops=debug");
     assert_eq!(env("MUTANT_WATCH_NAMESPACE")["value"], "displays");
+    // R33: one namespace watched, the operator's rights are a Role there: operator.yml's
+    // ClusterRole rules, with only `get` of namespaces (its own, by name); no ClusterRole.
+    let role = find(&docs, "Role", "mutantops");
+    assert_eq!(role["metadata"]["namespace"], "displays");
+    let mut rules = parse(&read("deploy/operator.yml"))
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "mutantops")
+        .unwrap()["rules"]
+        .clone();
+    for rule in rules.as_array_mut().unwrap() {
+        if rule["resources"][0] == "namespaces" {
+            rule["verbs"] = serde_json::json!(["get"]);
+        }
+    }
+    assert_eq!(role["rules"], rules);
+    let binding = find(&docs, "RoleBinding", "mutantops");
+    assert_eq!(binding["metadata"]["namespace"], "displays");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["subjects"][0]["namespace"], "mutants");
+    assert!(
+        !docs.iter().any(
+            |d| (d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding")
+                && d["metadata"]["name"] == "mutantops"
+        ),
+        "a ClusterRole or binding with watchNamespace"
+    );
     assert_eq!(env("MUTANT_LOG_FORMAT")["value"], "json");
     let token = &env("MUTANT_API_TOKEN")["valueFrom"]["secretKeyRef"];
     assert_eq!(token["name"], "admin");
