@@ -143,7 +143,7 @@ async fn prepare<K: OwnerResource>(
     if let Some(Err(problem)) = &parsed.devices {
         plan.problems.push(problem.clone());
     }
-    plan.sleeping = sleep::prepare(ctx, owner, obj, parsed, previous, &mut plan.problems);
+    plan.sleeping = sleep::prepare(ctx, obj, parsed, previous, &mut plan.problems);
     let declared = plan
         .features()
         .fold(obj.variants().to_vec(), |v, f| f.declare(v));

@@ -38,6 +38,10 @@ use crate::{
 /// Annotation on a Mutation: silences that began before this time (RFC 3339) are accepted as
 /// departures, and no longer hold the site silent.
 pub const SILENCE_ACCEPTED: &str = "mutantops.neiam.org/silence-accepted";
+
+/// Label of a Mutation that puts it in a site group of its namespace (R42): the devices of
+/// the Mutations with the same value are counted together for the site-silent guard.
+pub const SITE_LABEL: &str = "mutantops.neiam.org/site";
 /// Condition type while the site is silent.
 pub const SITE_SILENT: &str = "SiteSilent";
 /// Most variants this replica expires in an hour.
@@ -109,24 +113,41 @@ impl Feature for Sleeping {
     }
 }
 
-/// Every device of the Mutations of `namespace`, and the latest accepted silence.
-fn namespace_devices(ctx: &Context, namespace: &str) -> (Vec<DeviceStatus>, Option<Timestamp>) {
+/// The devices counted together for the site-silent guard (R42), and the latest accepted
+/// silence among their Mutations: `obj`'s own (`previous`), or, when it carries [`SITE_LABEL`],
+/// every device of the Mutations of its namespace with the same value. Counted per Mutation
+/// by default, so that one Mutation's devices (fake ones, say) say nothing of another's.
+fn site_devices<K: OwnerResource>(
+    ctx: &Context,
+    obj: &K,
+    previous: &OwnerStatus,
+) -> (Vec<DeviceStatus>, Option<Timestamp>) {
+    let accepted_of = |annotations: Option<&BTreeMap<String, String>>| {
+        annotations
+            .and_then(|a| a.get(SILENCE_ACCEPTED))
+            .and_then(|t| t.parse::<Timestamp>().ok())
+    };
+    let meta = obj.meta();
+    let group = meta.labels.as_ref().and_then(|l| l.get(SITE_LABEL));
+    let Some(group) = group else {
+        return (
+            previous.devices.clone(),
+            accepted_of(meta.annotations.as_ref()),
+        );
+    };
     let mut devices = Vec::new();
     let mut accepted: Option<Timestamp> = None;
     for m in ctx.caches.mutations.state() {
-        if m.metadata.namespace.as_deref() != Some(namespace) || m.spec.devices.is_none() {
+        let same = m.metadata.namespace == meta.namespace
+            && m.spec.devices.is_some()
+            && m.metadata.labels.as_ref().and_then(|l| l.get(SITE_LABEL)) == Some(group);
+        if !same {
             continue;
         }
         if let Some(status) = &m.status {
             devices.extend(status.devices.iter().cloned());
         }
-        let at = m
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(SILENCE_ACCEPTED))
-            .and_then(|t| t.parse::<Timestamp>().ok());
-        accepted = accepted.max(at);
+        accepted = accepted.max(accepted_of(m.metadata.annotations.as_ref()));
     }
     (devices, accepted)
 }
@@ -136,7 +157,6 @@ fn namespace_devices(ctx: &Context, namespace: &str) -> (Vec<DeviceStatus>, Opti
 /// decides now.
 pub fn prepare<K: OwnerResource>(
     ctx: &Context,
-    owner: &Owner,
     obj: &K,
     parsed: &Parsed,
     previous: &OwnerStatus,
@@ -146,7 +166,10 @@ pub fn prepare<K: OwnerResource>(
         return Sleeping::default();
     };
     match sleep {
-        Ok(policy) => plan(ctx, owner, obj.variants(), previous, devices, policy),
+        Ok(policy) => {
+            let site = site_devices(ctx, obj, previous);
+            plan(obj.variants(), previous, devices, policy, site)
+        }
         Err(problem) => {
             problems.push(problem.clone());
             Sleeping::default()
@@ -156,16 +179,14 @@ pub fn prepare<K: OwnerResource>(
 
 /// Decides, for every variant of `variants` that sleeps, whether it is up now.
 pub fn plan(
-    ctx: &Context,
-    owner: &Owner,
     variants: &[Variant],
     previous: &OwnerStatus,
     devices: &Policy,
     sleep: &SleepPolicy,
+    (site, accepted): (Vec<DeviceStatus>, Option<Timestamp>),
 ) -> Sleeping {
     let now = Timestamp::now();
     let quiet_until = sleep.quiet_until(now);
-    let (site, accepted) = namespace_devices(ctx, &owner.namespace);
     let site: Vec<&DeviceStatus> = site.iter().collect();
     let silent = site_silent(&site, devices.late_after, sleep.site_silent_min, accepted);
     let moment = Moment {

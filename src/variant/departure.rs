@@ -1,6 +1,7 @@
 //! When devices are gone for good, and when they only went quiet together, pure (R42):
 //! which variants made by enrollment expire ([`expiring`]), and whether a
-//! namespace's devices went silent at once, as in a power cut ([`site_silent`]).
+//! Mutation's devices (or its site group's) went silent at once, as in a power cut
+//! ([`site_silent`]).
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -55,8 +56,8 @@ pub fn expiring(
     (due, next)
 }
 
-/// Whether the site went silent: more than half of `devices` (every device of a namespace),
-/// and at least `min`, are not Online and were last heard within one `late_after` of each
+/// Whether the site went silent: more than half of `devices` (every device of a Mutation, or
+/// of the Mutations of its site group), and at least `min`, are not Online and were last heard within one `late_after` of each
 /// other. Silences that began before `accepted` are departures, not counted. Says what it
 /// found when so.
 pub fn site_silent(
@@ -88,10 +89,10 @@ pub fn site_silent(
         return None;
     }
     Some(format!(
-        "{count} of {} devices of the namespace went silent together (last heard from {} to \
-         {}): taken for a power cut or a network fault, so no variant is put down or expired \
-         until they come back or annotation mutantops.neiam.org/silence-accepted on a Mutation \
-         of the namespace names a later time",
+        "{count} of {} devices went silent together (last heard from {} to {}): taken for a \
+         power cut or a network fault, so no variant is put down or expired until they come \
+         back or annotation mutantops.neiam.org/silence-accepted on this Mutation (or one of \
+         its site group, label mutantops.neiam.org/site) names a later time",
         devices.len(),
         rfc3339(silent[best.0]),
         rfc3339(silent[best.1 - 1]),

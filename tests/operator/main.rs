@@ -58,6 +58,7 @@ mod services;
 mod sleep;
 mod sleep_dst;
 mod sleep_pinned;
+mod sleep_site;
 mod slots;
 mod small_devices;
 mod stalling;
