@@ -118,8 +118,8 @@ pub struct Config {
     /// `MUTANT_WATCH_STALE_AFTER_SECONDS`: how long a watch may go without an event or a
     /// bookmark before its cache is not answered from and the watch lists again.
     pub watch_stale_after: Duration,
-    /// `MUTANT_METRICS_MAX_DEVICES`: the most devices (of all Mutations) that get metric series
-    /// of their own; above it only the counts per state are exported.
+    /// `MUTANT_METRICS_MAX_DEVICES`: the most devices of one Mutation that get metric series of
+    /// their own; a Mutation with more exports only its counts per state.
     pub metrics_max_devices: usize,
     /// `MUTANT_LEASE_DURATION_SECONDS`: how long the leader's Lease is valid without renewal.
     pub lease_duration: Duration,

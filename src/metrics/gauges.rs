@@ -1,6 +1,6 @@
 //! The gauges read off the caches at each scrape: owners and declared variants per kind,
 //! Mutation variants per reported state, and the devices of Mutations with `spec.devices`:
-//! how many in each state, and per device (while there are no more than the cap) when each
+//! how many in each state, and per device (while its Mutation has no more than the cap) when each
 //! was last seen and what it reported of its battery and signal; and the rollouts in steps
 //! (`rollout`).
 
@@ -19,7 +19,9 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
-use super::labels::{DeviceLabels, DeviceStateLabels, KINDS, KindLabel, STATES, StateLabel};
+use super::labels::{
+    DeviceLabels, DeviceStateLabels, KINDS, KindLabel, MutationLabels, STATES, StateLabel,
+};
 use crate::config::DEFAULT_METRICS_MAX_DEVICES;
 use crate::crd::{DeviceState, MutantDeployment, Mutation, OwnerResource, SleepState};
 
@@ -109,9 +111,9 @@ impl CacheCollector {
 }
 
 /// Encodes the device families: `mutantops_devices` for every Mutation with `spec.devices`
-/// (every state, 0 included, so that alerts see a device leave a state), and, while all of them
-/// have at most `max` devices in all, the per-device families; `mutantops_device_series_capped`
-/// says whether they were left out.
+/// (every state, 0 included, so that alerts see a device leave a state), and, for each that has
+/// at most `max` devices, the per-device families; `mutantops_device_series_capped` says, per
+/// Mutation, whether they were left out.
 fn encode_devices(
     encoder: &mut DescriptorEncoder,
     mutations: &[std::sync::Arc<Mutation>],
@@ -144,21 +146,28 @@ fn encode_devices(
             states.encode_family(&labels)?.encode_gauge(&count)?;
         }
     }
-    let total: usize = with_devices.iter().map(|(_, _, d)| d.len()).sum();
-    let capped = total > max;
-    encoder
-        .encode_descriptor(
-            "mutantops_device_series_capped",
-            "1 when there are more devices than MUTANT_METRICS_MAX_DEVICES and the per-device \
-             series are left out.",
-            None,
-            MetricType::Gauge,
-        )?
-        .encode_gauge(&u64::from(capped))?;
+    // Capped per Mutation (R40): a Mutation with more devices than the cap (fake ones,
+    // say) loses its own per-device series, never another's.
+    let mut capped = encoder.encode_descriptor(
+        "mutantops_device_series_capped",
+        "1 for a Mutation with more devices than MUTANT_METRICS_MAX_DEVICES, whose per-device \
+         series are left out.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (namespace, mutation, devices) in &with_devices {
+        let labels = MutationLabels {
+            namespace: (*namespace).to_owned(),
+            mutation: (*mutation).to_owned(),
+        };
+        capped
+            .encode_family(&labels)?
+            .encode_gauge(&u64::from(devices.len() > max))?;
+    }
     let each = || {
         with_devices
             .iter()
-            .filter(|_| !capped)
+            .filter(|(_, _, devices)| devices.len() <= max)
             .flat_map(|(namespace, mutation, devices)| {
                 devices.iter().map(move |d| {
                     let labels = DeviceLabels {

@@ -60,7 +60,14 @@ pub(super) struct DeviceStateLabels {
     pub(super) state: &'static str,
 }
 
-/// The per-device families (R40), below `MUTANT_METRICS_MAX_DEVICES`.
+/// `mutantops_device_series_capped`: one Mutation with `spec.devices` (R40).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct MutationLabels {
+    pub(super) namespace: String,
+    pub(super) mutation: String,
+}
+
+/// The per-device families (R40), of a Mutation with at most `MUTANT_METRICS_MAX_DEVICES`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct DeviceLabels {
     pub(super) namespace: String,

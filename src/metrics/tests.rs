@@ -504,7 +504,7 @@ fn device_gauges_follow_the_statuses_and_the_cap() {
             r#"mutantops_devices{namespace="displays",mutation="fleet",state="Online"} 1"#,
             r#"mutantops_devices{namespace="displays",mutation="fleet",state="Late"} 1"#,
             r#"mutantops_devices{namespace="displays",mutation="fleet",state="Gone"} 0"#,
-            "mutantops_device_series_capped 0",
+            r#"mutantops_device_series_capped{namespace="displays",mutation="fleet"} 0"#,
             r#"mutantops_device_last_seen_timestamp_seconds{namespace="displays",mutation="fleet",device="lilygo-1"} 1796256000"#,
             r#"mutantops_device_last_seen_timestamp_seconds{namespace="displays",mutation="fleet",device="lilygo-2"} 1796256000"#,
             r#"mutantops_device_battery_volts{namespace="displays",mutation="fleet",device="lilygo-1"} 3.91"#,
@@ -515,13 +515,29 @@ fn device_gauges_follow_the_statuses_and_the_cap() {
     assert!(
         !text.contains(r#"battery_volts{namespace="displays",mutation="fleet",device="lilygo-2""#)
     );
-    // above the cap: the counts only
+    // above the cap: that Mutation's counts only; another Mutation within it keeps its
+    // series (a Mutation's fake devices blind no other's alerts)
+    m_writer.apply_watcher_event(&watcher::Event::Apply(fleet(
+        "small",
+        &[("epaper-1", "Online", Some(3300), None)],
+    )));
     metrics.set_max_devices(1);
     let text = metrics.encode();
-    assert_line(&text, "mutantops_device_series_capped 1");
+    assert_line(
+        &text,
+        r#"mutantops_device_series_capped{namespace="displays",mutation="fleet"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"mutantops_device_series_capped{namespace="displays",mutation="small"} 0"#,
+    );
     assert_line(
         &text,
         r#"mutantops_devices{namespace="displays",mutation="fleet",state="Online"} 1"#,
     );
     assert!(!text.contains("lilygo"), "{text}");
+    assert_line(
+        &text,
+        r#"mutantops_device_battery_volts{namespace="displays",mutation="small",device="epaper-1"} 3.3"#,
+    );
 }

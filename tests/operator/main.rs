@@ -41,6 +41,7 @@ mod lease_requests;
 mod lifecycle;
 mod memory;
 mod metrics;
+mod metrics_cap;
 mod namespaces;
 mod oversized;
 mod placement;
