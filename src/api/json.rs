@@ -298,6 +298,7 @@ impl From<VariantRequest> for Variant {
                 .collect(),
             service: None,
             by_token: None,
+            enrollable: None,
             sleep: None,
         }
     }
