@@ -84,6 +84,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "cmdline",
             "totals",
             "access",
+            "rights",
             "build",
             "commands",
             "rollout",
