@@ -50,6 +50,7 @@ mod prometheus_operator;
 mod rbac;
 mod refused;
 mod replicas;
+mod rights_devices;
 mod rollout;
 mod scoped;
 mod secret;
