@@ -103,7 +103,7 @@ pub async fn add(
     let variant = Variant::from(body);
     let label = variant.label.clone();
     let updated = insert(state, caller, ns, name, variant).await?;
-    respond(caller, &updated, &label, StatusCode::CREATED, (ns, name))
+    respond(caller, &updated, &label, StatusCode::CREATED, ns, name)
 }
 
 /// Adds `variant` to Mutation `ns/name` for `caller` (held to the device bounds unless it is
@@ -243,7 +243,7 @@ pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleReq
         Ok(variants)
     })
     .await?;
-    respond(caller, &updated, label, StatusCode::OK, (ns, name))
+    respond(caller, &updated, label, StatusCode::OK, ns, name)
 }
 
 /// Removes variant `label` of Mutation `ns/name` if it is there: a variant enrollment made,
@@ -339,12 +339,14 @@ fn base_name(m: &Mutation) -> String {
         .to_string()
 }
 
+/// The answer `status` with variant `label` of `m` (of Mutation `ns/name`), as `caller` sees it.
 fn respond(
     caller: &Caller,
     m: &Mutation,
     label: &str,
     status: StatusCode,
-    (ns, name): (&str, &str),
+    ns: &str,
+    name: &str,
 ) -> ApiResult {
     let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
     let view = view_for(caller, m, index).ok_or_else(|| absent(ns, name, label))?;
