@@ -60,6 +60,7 @@ pub(crate) mod quiet;
 mod refusal;
 mod registry;
 mod report;
+pub(crate) mod rights;
 pub(crate) mod rollout;
 mod secret;
 mod service;

@@ -145,6 +145,12 @@ sleep_checks() {
     node_ip=$(kc get node "$NODE" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
     [[ -n $key && -n $node_ip ]] || fail "no enrollment key or no address of $NODE"
     set_sleep '{"idleAfter": "2s", "warmup": "2s", "keepWarm": "2s", "maxWakePerHour": 3600}'
+    # The owner opens both spec variants to enrollment (enrollable: true), so that boards
+    # enroll into them with the enrollment key (R39).
+    kc -n "$NS" patch mutation browser-snap --type json -p '[
+        {"op": "add", "path": "/spec/variants/0/enrollable", "value": true},
+        {"op": "add", "path": "/spec/variants/1/enrollable", "value": true}]' >/dev/null \
+        || fail "marking browser-snap's variants enrollable"
     for label in lilygo47 radxa-8-hd; do
         wait_until 90 "$label asleep with no pod" variant_asleep "$label"
     done

@@ -249,8 +249,10 @@ class Soak:
         # by the digits of the cycle's number.
         name, d, t = f"c-{k:05d}", f"d-{k:05d}", f"t-{k:05d}"
         old_c, old_md, old_d, prev_t = f"c-{k - 2:05d}", f"md-{k - 2:05d}", f"d-{k - 2:05d}", f"t-{k - 1:05d}"
+        # "a" is handed to the Mutation's token (byToken), which removes it below: the token
+        # removes only the token's variants (R32).
         self.api("POST", "/mutations", body={"name": name, "deployment": self.base(name),
-                                             "variants": [{"label": "a", "instances": 0},
+                                             "variants": [{"label": "a", "instances": 0, "byToken": True},
                                                           {"label": "b", "instances": 1}]}, want=(201,))
         own = self.secret_token(name)
         self.api("POST", f"/mutations/{name}/variants", own, {"label": "x", "env": {"MODE": "x"}, "instances": 1},

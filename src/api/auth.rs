@@ -136,6 +136,8 @@ pub fn permits(
                 (Access::Device | Access::DeviceOnly, _) => {
                     refused(&format!("device {:?}", id.unwrap_or_default()))
                 }
+                // Whether it may scale its variant is the handler's to say, from who made it
+                // (`variant::rights`).
                 (Access::MutationToken, Action::GetVariant | Action::ScaleVariant)
                     if label == Some(variant.as_str()) =>
                 {

@@ -23,7 +23,7 @@ use crate::{
     http,
     variant::{
         devices::{DeviceRecord, Registry, rfc3339, token_hash, validate_device_id},
-        totals::may_use_label,
+        rights::may_join,
         validate_label,
     },
 };
@@ -203,8 +203,10 @@ fn target_of(
 
 /// Makes the board's own variant `new` (with every check of an added variant), or checks that
 /// it may join the existing variant `label` of `m`: 409 for a new variant whose label is
-/// taken, 404 for a label that is not there, 403 for a label the caller could not have given
-/// a variant (enrolling hands the board a token for it).
+/// taken, 404 for a label that is not there, 403 when the enrollment key asks to join a
+/// variant its owner has not opened to enrollment (`enrollable: true`, or a
+/// `spec.deviceAccess.labelPattern` its label matches). A board that joins a variant reads
+/// and polls it, and never changes it (`rights::device_may_change`).
 async fn join_or_make(
     state: &ApiState,
     caller: &Caller,
@@ -216,23 +218,23 @@ async fn join_or_make(
         m.metadata.namespace.as_deref().unwrap_or_default(),
         m.metadata.name.as_deref().unwrap_or_default(),
     );
-    let exists = m.spec.variants.iter().any(|v| v.label == label);
-    match (new, exists) {
-        (Some(_), true) => Err(ApiError::conflict(format!(
+    let existing = m.spec.variants.iter().find(|v| v.label == label);
+    match (new, existing) {
+        (Some(_), Some(_)) => Err(ApiError::conflict(format!(
             "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
              {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
         ))),
-        (None, false) => Err(ApiError::not_found(format!(
+        (None, None) => Err(ApiError::not_found(format!(
             "variant {label:?} not found in mutation {ns}/{name}"
         ))),
-        (Some(variant), false) => {
+        (Some(variant), None) => {
             variants::insert(state, caller, ns, name, variant.clone()).await?;
             Ok(())
         }
-        (None, true) if *caller != Caller::Admin => {
-            may_use_label(m.spec.device_access.as_deref(), label).map_err(ApiError::forbidden)
+        (None, Some(v)) if *caller != Caller::Admin => {
+            may_join(m.spec.device_access.as_deref(), v).map_err(ApiError::forbidden)
         }
-        (None, true) => Ok(()),
+        (None, Some(_)) => Ok(()),
     }
 }
 

@@ -277,6 +277,12 @@ pub struct VariantRequest {
     /// Image and resources of containers of the base (R37).
     #[serde(default)]
     pub containers: Vec<ContainerRequest>,
+    /// [`Variant::enrollable`]: the owner's only (a token's is refused, R39).
+    #[serde(default)]
+    pub enrollable: Option<bool>,
+    /// [`Variant::by_token`]: the owner's only (a token's is refused, R32).
+    #[serde(default, rename = "byToken")]
+    pub by_token: Option<bool>,
 }
 
 fn one() -> i32 {
@@ -297,7 +303,8 @@ impl From<VariantRequest> for Variant {
                 .map(ContainerOverride::from)
                 .collect(),
             service: None,
-            by_token: None,
+            by_token: r.by_token,
+            enrollable: r.enrollable,
             sleep: None,
         }
     }
@@ -318,8 +325,10 @@ pub struct ScaleRequest {
 pub struct VariantView<'a> {
     /// The variant's label.
     pub label: &'a str,
-    /// Its extra environment.
-    pub env: &'a StrMap,
+    /// Its extra environment; left out in the answers to a device's token, which carry no
+    /// env values (R39).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<&'a StrMap>,
     /// Its replica count.
     pub instances: i32,
     /// Its node labels (R37); left out when it has none.
@@ -378,7 +387,7 @@ pub fn variant_view(m: &Mutation, index: usize) -> Option<VariantView<'_>> {
     let v = m.spec.variants.get(index)?;
     Some(VariantView {
         label: &v.label,
-        env: &v.env,
+        env: Some(&v.env),
         instances: v.instances,
         node_selector: &v.node_selector,
         tolerations: &v.tolerations,

@@ -13,7 +13,7 @@ use crate::{
     variant::{
         Owner,
         devices::{DeviceRecord, Registry, devices_secret_name},
-        is_controlled_by,
+        is_controlled_by, rights,
     },
 };
 
@@ -35,6 +35,19 @@ pub(super) fn cached_registry(caches: &Caches, m: &Mutation) -> Registry {
 /// record, without a copy of the whole registry (a heartbeat needs no more).
 pub(super) fn cached_record(caches: &Caches, m: &Mutation, id: &str) -> Option<DeviceRecord> {
     cached_devices(caches, m, |r| r.devices.get(id).cloned()).flatten()
+}
+
+/// Whether device `id` may change variant `label` of `m` (R39), as the registry of `m`'s
+/// devices Secret in this replica's cache has it: the one read of the registry a device's
+/// change adds, on its write path (its authentication found only its record).
+pub(super) fn device_may_change(
+    caches: &Caches,
+    m: &Mutation,
+    id: &str,
+    label: &str,
+) -> Result<(), String> {
+    cached_devices(caches, m, |r| rights::device_may_change(r, id, label))
+        .unwrap_or_else(|| rights::device_may_change(&Registry::default(), id, label))
 }
 
 /// `read` of the registry of `m`'s devices Secret in this replica's cache, when there is one

@@ -10,7 +10,8 @@ use super::{
     check::check_with_server,
     error::{ApiError, ApiResult},
     fresh::{self, Need, cached_mutation, catch_up},
-    json::{ScaleRequest, VariantRequest, variant_view},
+    json::{ScaleRequest, VariantRequest, VariantView, variant_view},
+    registry::device_may_change,
     state::ApiState,
 };
 use crate::{
@@ -22,6 +23,7 @@ use crate::{
         access::{device_may_add, device_may_scale, route_device_env},
         deployment_name,
         placement::validate_containers,
+        rights::{self, Change},
         rollout::REVISION_LABEL,
         totals, validate_variants,
     },
@@ -31,7 +33,7 @@ use crate::{
 pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
     let m = fresh::mutation(state, caller, ns, name).await?;
     let items: Vec<_> = (0..m.spec.variants.len())
-        .filter_map(|i| variant_view(&m, i))
+        .filter_map(|i| view_for(caller, &m, i))
         .map(|mut view| {
             view.revision = running_revision(state, &m, view.label);
             view
@@ -81,7 +83,7 @@ pub async fn get(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
         m = cached_mutation(state, caller, ns, name)?;
     }
     let index = position(&m, label).ok_or_else(|| absent(ns, name, label))?;
-    let mut view = variant_view(&m, index).ok_or_else(|| absent(ns, name, label))?;
+    let mut view = view_for(caller, &m, index).ok_or_else(|| absent(ns, name, label))?;
     view.revision = running_revision(state, &m, label);
     Ok(http::json(StatusCode::OK, &view))
 }
@@ -101,7 +103,7 @@ pub async fn add(
     let variant = Variant::from(body);
     let label = variant.label.clone();
     let updated = insert(state, caller, ns, name, variant).await?;
-    respond(&updated, &label, StatusCode::CREATED, ns, name)
+    respond(caller, &updated, &label, StatusCode::CREATED, ns, name)
 }
 
 /// Adds `variant` to Mutation `ns/name` for `caller` (held to the device bounds unless it is
@@ -175,12 +177,14 @@ fn taken(ns: &str, name: &str, label: &str) -> ApiError {
     ))
 }
 
-/// For a Mutation's own token: whether it may add `variant` to `m` (R32); 403 naming the
-/// variable or the bound if not. The admin is not held to it.
+/// For a Mutation's own token: whether it may add `variant` to `m` (R32), as sent (only the
+/// owner marks a variant `byToken` or `enrollable`); 403 naming the variable or the bound if
+/// not. The admin is not held to it.
 fn device_check(caller: &Caller, m: &Mutation, variant: &Variant) -> Result<(), ApiError> {
     if *caller == Caller::Admin {
         return Ok(());
     }
+    rights::token_may_mark(variant).map_err(ApiError::forbidden)?;
     let base = m.spec.deployment.value();
     let access = m.spec.device_access.as_deref();
     let devices_on = m.spec.devices.is_some();
@@ -221,21 +225,30 @@ pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleReq
                 .map_err(ApiError::forbidden)
         }
     };
+    // Who may change the variant, then by how much: a device's registry is read once, here;
+    // what the Mutation says is checked on the cached one first (a refusal costs the API
+    // server nothing), then again in the edit, on the Mutation as read from the API server.
+    if let Caller::Device { id, .. } = caller {
+        device_may_change(&state.caches, &cached, id, label).map_err(ApiError::forbidden)?;
+    }
+    may_change(caller, &cached, label, Change::Scale)?;
     device(caller, &cached, label)?;
-    let (caller, owned, missing) = (caller.clone(), label.to_string(), absent(ns, name, label));
+    let (who, owned, missing) = (caller.clone(), label.to_string(), absent(ns, name, label));
     let updated = edit(state, ns, name, move |m| {
-        device(&caller, m, &owned)?;
         let index = position(m, &owned).ok_or_else(|| missing.clone())?;
+        may_change(&who, m, &owned, Change::Scale)?;
+        device(&who, m, &owned)?;
         let mut variants = m.spec.variants.clone();
         variants[index].instances = instances;
         Ok(variants)
     })
     .await?;
-    respond(&updated, label, StatusCode::OK, ns, name)
+    respond(caller, &updated, label, StatusCode::OK, ns, name)
 }
 
 /// Removes variant `label` of Mutation `ns/name` if it is there: a variant enrollment made,
-/// when its last device goes (R39). Whether it was there.
+/// when its last device goes or its enrollment fails (R39). The operator's own clean-up, not a
+/// caller's request, so held to no caller's rights. Whether it was there.
 pub(super) async fn remove_if_there(
     state: &ApiState,
     ns: &str,
@@ -252,19 +265,58 @@ pub(super) async fn remove_if_there(
     Ok(position(&removed, label).is_none())
 }
 
-/// `DELETE .../variants/{label}`: 204, 404 when absent.
+/// `DELETE .../variants/{label}`: 204, 404 when absent, 403 when the caller may not remove
+/// it (R32: a Mutation's token removes only the token's variants).
 pub async fn remove(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
     let At { ns, name, label } = at;
-    fresh::mutation(state, caller, ns, name).await?;
-    let (owned, missing) = (label.to_string(), absent(ns, name, label));
+    let cached = fresh::mutation(state, caller, ns, name).await?;
+    may_change(caller, &cached, label, Change::Remove)?;
+    let (who, owned, missing) = (caller.clone(), label.to_string(), absent(ns, name, label));
     edit(state, ns, name, move |m| {
         let index = position(m, &owned).ok_or_else(|| missing.clone())?;
+        may_change(&who, m, &owned, Change::Remove)?;
         let mut variants = m.spec.variants.clone();
         variants.remove(index);
         Ok(variants)
     })
     .await?;
     Ok(http::no_content())
+}
+
+/// Whether `caller` may make `change` to variant `label` of `m`, as `m` says who made it (R32,
+/// R39): a Mutation's token only the token's variants ([`rights::token_may_change`]); a device
+/// scales only what its placement allows a token (whether the variant is its own alone is
+/// its registry's to say: [`device_may_change`]) and never removes a variant (it removes
+/// itself). A label `m` does not have, and a read-only `m`, pass: the edit answers them (404,
+/// 409). The admin may make any.
+fn may_change(caller: &Caller, m: &Mutation, label: &str, change: Change) -> Result<(), ApiError> {
+    let Some(v) = m.spec.variants.iter().find(|v| v.label == label) else {
+        return Ok(());
+    };
+    if m.variants_read_only() {
+        return Ok(());
+    }
+    let access = m.spec.device_access.as_deref();
+    match (caller, change) {
+        (Caller::Admin, _) => Ok(()),
+        (Caller::Mutation { .. }, _) => rights::token_may_change(access, v, change),
+        (Caller::Device { .. }, Change::Scale) => rights::placed_for_token(access, v),
+        (Caller::Device { id, .. }, Change::Remove) => Err(format!(
+            "variant {label:?}: device {id:?} removes its variant only by removing itself \
+             (DELETE .../devices/{id})"
+        )),
+    }
+    .map_err(ApiError::forbidden)
+}
+
+/// The variant at `index` of `m` as `caller` sees it: a device's view carries no env values
+/// (R39), the others' all of it.
+fn view_for<'m>(caller: &Caller, m: &'m Mutation, index: usize) -> Option<VariantView<'m>> {
+    let mut view = variant_view(m, index)?;
+    if matches!(caller, Caller::Device { .. }) {
+        view.env = None;
+    }
+    Some(view)
 }
 
 fn position(m: &Mutation, label: &str) -> Option<usize> {
@@ -287,9 +339,17 @@ fn base_name(m: &Mutation) -> String {
         .to_string()
 }
 
-fn respond(m: &Mutation, label: &str, status: StatusCode, ns: &str, name: &str) -> ApiResult {
+/// The answer `status` with variant `label` of `m` (of Mutation `ns/name`), as `caller` sees it.
+fn respond(
+    caller: &Caller,
+    m: &Mutation,
+    label: &str,
+    status: StatusCode,
+    ns: &str,
+    name: &str,
+) -> ApiResult {
     let index = position(m, label).ok_or_else(|| absent(ns, name, label))?;
-    let view = variant_view(m, index).ok_or_else(|| absent(ns, name, label))?;
+    let view = view_for(caller, m, index).ok_or_else(|| absent(ns, name, label))?;
     Ok(http::json(status, &view))
 }
 

@@ -68,11 +68,22 @@ pub struct Variant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<bool>,
 
-    /// `true`: added by a Mutation's or a device's token through the HTTP API. Its env stays
-    /// held to `spec.deviceAccess.env` when the base changes: a name the base later passes to
-    /// a command line (`$(NAME)`) and the owner does not list makes the variant Invalid.
+    /// `true`: the token's. Set on every variant a Mutation's or a device's token adds through
+    /// the HTTP API; the owner may set it on a variant of the spec to hand that variant to the
+    /// token. Without `spec.devices`, the Mutation's token scales and removes only variants
+    /// marked so (403 for any other: the spec's, the admin token's). Its env stays held to
+    /// `spec.deviceAccess.env` when the base changes: a name the base later passes to a
+    /// command line (`$(NAME)`) and the owner does not list makes the variant Invalid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_token: Option<bool>,
+    /// `true`: with `spec.devices`, boards may enroll into this variant with the enrollment key
+    /// (`{"id": ..., "label": ...}`): the owner's consent to share it. Otherwise the
+    /// enrollment key joins a variant that exists only when `spec.deviceAccess.labelPattern`
+    /// is set and matches its label (403). A device that joined it reads and polls it but
+    /// never changes it: a device changes only the variant its own enrollment made. The
+    /// admin token enrolls into any variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enrollable: Option<bool>,
     /// `false`: the variant never sleeps, even when `spec.devices.sleep` is set (pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep: Option<bool>,
@@ -95,6 +106,7 @@ impl Default for Variant {
             containers: Vec::new(),
             service: None,
             by_token: None,
+            enrollable: None,
             sleep: None,
         }
     }

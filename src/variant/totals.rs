@@ -76,8 +76,9 @@ pub fn may_total(
     Ok(())
 }
 
-/// Whether a token may use `label` (R32): give it to a variant it adds, or enroll a device
-/// into the variant of that label; only a label matching `spec.deviceAccess.labelPattern`.
+/// Whether a token may use `label` (R32): give it to a variant it adds; only a label matching
+/// `spec.deviceAccess.labelPattern`. (Which variants that exist it may join or change is
+/// `rights`'s.)
 pub fn may_use_label(access: Option<&DeviceAccess>, label: &str) -> Result<(), String> {
     match access.and_then(|a| a.label_pattern.as_deref()) {
         Some(pattern) if !glob_match(pattern, label) => Err(format!(

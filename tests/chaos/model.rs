@@ -150,13 +150,15 @@ pub(crate) struct Foreign {
 
 // --- the model ---------------------------------------------------------------------------------
 
-/// What one label of an owner's spec holds.
+/// What one label of an owner's spec holds; `by_token`: the variant is the token's
+/// (`byToken: true`), which only then scales or removes it (R32).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Slot {
     Absent,
     Present {
         env: BTreeMap<String, String>,
         instances: i32,
+        by_token: bool,
     },
 }
 
@@ -166,6 +168,7 @@ impl Slot {
             Some(v) => Slot::Present {
                 env: v.env.to_map(),
                 instances: v.instances,
+                by_token: v.by_token == Some(true),
             },
             None => Slot::Absent,
         }
@@ -193,16 +196,26 @@ impl Op {
         }
     }
 
-    /// The state after this op on `slot`, or `None` when it is refused there.
-    pub(crate) fn apply(&self, slot: &Slot) -> Option<Slot> {
+    /// The state after this op on `slot`, sent with the Mutation's own token (`token`) or the
+    /// admin's, or `None` when it is refused there: the token scales and removes only the
+    /// token's variants (R32), and what it adds is the token's.
+    pub(crate) fn apply(&self, slot: &Slot, token: bool) -> Option<Slot> {
         match (self, slot) {
             (Op::Add { env, instances }, Slot::Absent) => Some(Slot::Present {
                 env: env.clone(),
                 instances: *instances,
+                by_token: token,
             }),
-            (Op::Scale { instances }, Slot::Present { env, .. }) => Some(Slot::Present {
+            (
+                Op::Scale { .. } | Op::Remove,
+                Slot::Present {
+                    by_token: false, ..
+                },
+            ) if token => None,
+            (Op::Scale { instances }, Slot::Present { env, by_token, .. }) => Some(Slot::Present {
                 env: env.clone(),
                 instances: *instances,
+                by_token: *by_token,
             }),
             (Op::Remove, Slot::Present { .. }) => Some(Slot::Absent),
             _ => None,

@@ -207,7 +207,11 @@ impl Worker {
             ctx.kill_operator(Duration::ZERO, true).await;
         }
         let who = self.who(label);
-        let done: Vec<Slot> = possible.iter().filter_map(|s| op.apply(s)).collect();
+        let by_token = matches!(channel, Channel::Token);
+        let done: Vec<Slot> = possible
+            .iter()
+            .filter_map(|s| op.apply(s, by_token))
+            .collect();
         // R9: a variant on the name of a foreign Deployment is refused up front (409),
         // when the operator knows of that Deployment; nothing changes, whatever the label held.
         let foreign_name = matches!(
@@ -233,6 +237,14 @@ impl Worker {
                 }
                 (Op::Scale { .. } | Op::Remove, 404)
                     if error_of(reply).contains(&format!("variant {label:?} not found")) =>
+                {
+                    Outcome::Refused
+                }
+                // R32: the token's scale or removal of a variant it did not make.
+                (Op::Scale { .. } | Op::Remove, 403)
+                    if by_token
+                        && error_of(reply)
+                            .contains(&format!("variant {label:?}: not made by a token")) =>
                 {
                     Outcome::Refused
                 }
@@ -265,9 +277,26 @@ impl Worker {
                 self.model.get_mut(label).unwrap().extend(done);
             }
             Outcome::Refused => {
+                // Refused for being there (409), absent (404) or not the token's (403).
+                let present = |s: &Slot| matches!(s, Slot::Present { .. });
+                let status = match &wire {
+                    Wire::Answer(reply) => reply.status,
+                    _ => 0,
+                };
                 let left: BTreeSet<Slot> = possible
                     .iter()
-                    .filter(|s| op.apply(s).is_none())
+                    .filter(|s| op.apply(s, by_token).is_none())
+                    .filter(|s| match status {
+                        403 => matches!(
+                            s,
+                            Slot::Present {
+                                by_token: false,
+                                ..
+                            }
+                        ),
+                        404 => !present(s),
+                        _ => true,
+                    })
                     .cloned()
                     .collect();
                 if left.is_empty() {
@@ -285,25 +314,40 @@ impl Worker {
                 let Wire::Answer(reply) = &wire else {
                     unreachable!()
                 };
-                let after = match &op {
-                    Op::Remove => Slot::Absent,
+                // The answer shows env and instances; whose the variant is, the model knows.
+                let answered: Vec<Slot> = match &op {
+                    Op::Remove => vec![Slot::Absent],
                     _ => {
                         let view = reply.json();
-                        Slot::Present {
-                            env: serde_json::from_value(view["env"].clone()).unwrap(),
-                            instances: view["instances"].as_i64().unwrap() as i32,
-                        }
+                        let env: BTreeMap<String, String> =
+                            serde_json::from_value(view["env"].clone()).unwrap();
+                        let instances = view["instances"].as_i64().unwrap() as i32;
+                        [true, false]
+                            .into_iter()
+                            .map(|by_token| Slot::Present {
+                                env: env.clone(),
+                                instances,
+                                by_token,
+                            })
+                            .collect()
                     }
                 };
-                if !done.contains(&after) {
+                let after: BTreeSet<Slot> = answered
+                    .iter()
+                    .filter(|s| done.contains(s))
+                    .cloned()
+                    .collect();
+                if after.is_empty() {
                     ctx.violation(format!(
-                        "{who}: {method} {path} answered {} with {after:?}, but from what the \
+                        "{who}: {method} {path} answered {} with {:?}, but from what the \
                          writes before it allow ({possible:?}) it can only give {done:?}; \
                          recent: {:#?}",
-                        reply.status, self.history
+                        reply.status, answered[0], self.history
                     ));
+                    self.model.insert(label, answered.into_iter().collect());
+                } else {
+                    self.model.insert(label, after);
                 }
-                self.model.insert(label, BTreeSet::from([after]));
             }
         }
         outcome
@@ -362,10 +406,12 @@ impl Worker {
         };
         let mut new_list = list.clone();
         match &op {
+            // Half of what the owner adds it hands to the token (R32).
             Op::Add { env, instances } => new_list.push(Variant {
                 label: label.to_string(),
                 env: env.clone().into(),
                 instances: *instances,
+                by_token: (self.rng.below(2) == 0).then_some(true),
                 ..Variant::default()
             }),
             Op::Scale { instances } => {

@@ -85,6 +85,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "families",
             "base_env",
             "access",
+            "rights",
             "build",
             "commands",
             "rollout",

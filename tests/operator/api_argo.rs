@@ -4,10 +4,13 @@ use serde_json::json;
 
 use super::*;
 
+/// Its variant `a` is handed to the Mutation's token (`byToken: true`, R32), so that only
+/// whether the variants belong in git decides what the token may do with it.
 fn manifest(name: &str, annotations: Value, labels: Value) -> Value {
     json!({ "apiVersion": "neiam.org/v1", "kind": "Mutation",
             "metadata": { "name": name, "annotations": annotations, "labels": labels },
-            "spec": { "deployment": base(name), "variants": [{ "label": "a", "instances": 0 }] } })
+            "spec": { "deployment": base(name),
+                      "variants": [{ "label": "a", "instances": 0, "byToken": true }] } })
 }
 
 #[tokio::test]

@@ -73,8 +73,14 @@ async fn auth_matrix() {
             .call("GET", "/mutations/web/variants/a", token, None)
             .await;
         check(format!("{who} GET variant"), r.status, deny(200, own));
+        // The variant it just added: the token scales only its own (R32).
         let r = f
-            .call("PATCH", "/mutations/web/variants/a", token, Some(&scale))
+            .call(
+                "PATCH",
+                &format!("/mutations/web/variants/{label}"),
+                token,
+                Some(&scale),
+            )
             .await;
         check(format!("{who} PATCH variant"), r.status, deny(200, own));
         let r = f

@@ -170,7 +170,8 @@ async fn two_hundred_concurrent_edits_of_one_mutation_all_land() {
     // The variants the scales will change, all at 0 instances to begin with.
     let scaled: Vec<Value> = (0..CLIENTS)
         .flat_map(|c| (1..EDITS_PER_CLIENT).step_by(2).map(move |e| (c, e)))
-        .map(|(c, e)| json!({"label": scaled_label(c, e), "instances": 0}))
+        // Handed to the token (R32), which scales half of them.
+        .map(|(c, e)| json!({"label": scaled_label(c, e), "instances": 0, "byToken": true}))
         .collect();
     let initial = scaled.len();
     // R32: a Mutation's token may add a variant only while it has fewer than 20, unless its

@@ -65,17 +65,21 @@ async fn the_api_walkthrough_works_as_written() {
     f.wait_gone("web-beta").await;
 }
 
-/// R21: PATCH {instances} changes only the replica count: same ReplicaSet, same pods.
+/// R21: PATCH {instances} changes only the replica count: same ReplicaSet, same pods. The
+/// token scales a variant it added itself (R32: the token's variants are its to change).
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn patch_scales_in_place() {
     let f = Fixture::with_api("api-scale").await;
-    let create = json!({"name": "web", "deployment": base("web"), "variants": [
-        {"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2}]});
+    let create = json!({"name": "web", "deployment": base("web"), "variants": []});
     let reply = f
         .call("POST", "/mutations", Some(ADMIN), Some(&create))
         .await;
     assert_eq!(reply.status, 201, "{reply:?}");
+    let token = f.token("web").await;
+    let beta = json!({"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2});
+    let added = f.add_variant("web", &token, &beta).await;
+    assert_eq!(added.status, 201, "{added:?}");
     f.wait_deployment("web-beta", "2 ready", |d| ready(d, 2))
         .await;
     let pods: Api<Pod> = f.ns.api();
@@ -88,7 +92,6 @@ async fn patch_scales_in_place() {
     let before = uids(pods.list(&selector).await.unwrap().items);
     let sets_before = f.ns.names::<ReplicaSet>().await;
 
-    let token = f.token("web").await;
     let reply = f
         .call(
             "PATCH",

@@ -14,12 +14,26 @@ use super::*;
 use mutantops::crd::DeviceState;
 
 /// Creates Mutation `name` through the API with `devices` as its `spec.devices`, spec variant
-/// `admin-only` (0 instances) and `deviceAccess`; returns its token, the enrollment key.
+/// `admin-only` (0 instances; the owner's, which boards may join: `enrollable: true`, R39) and
+/// `deviceAccess`; returns its token, the enrollment key.
 pub(super) async fn create(f: &Fixture, name: &str, devices: Value, access: Value) -> String {
+    let variants = json!([{"label": "admin-only", "instances": 0, "enrollable": true}]);
+    create_with(f, name, variants, devices, access).await
+}
+
+/// Creates Mutation `name` through the API with `variants`, `devices` as its `spec.devices`
+/// and `deviceAccess`; returns its token, the enrollment key.
+pub(super) async fn create_with(
+    f: &Fixture,
+    name: &str,
+    variants: Value,
+    devices: Value,
+    access: Value,
+) -> String {
     let body = json!({
         "name": name,
         "deployment": base(name),
-        "variants": [{"label": "admin-only", "instances": 0}],
+        "variants": variants,
         "deviceAccess": access,
         "devices": devices,
     });
@@ -96,8 +110,9 @@ async fn everything_stored(f: &Fixture) -> String {
 
 /// R39: three devices enroll (two share a variant); each token reaches only its own record and
 /// its own variant; the enrollment key enrolls and nothing else; a device cannot delete or
-/// rescale another's variant or an admin's; the last device of a variant enrollment made takes
-/// it along, a spec variant stays; no plaintext token is stored anywhere.
+/// rescale another's variant or an admin's, nor one it shares; the last device of a variant
+/// enrollment made takes it along, a spec variant stays; no plaintext token is stored
+/// anywhere.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn each_device_token_reaches_only_its_own_record_and_variant() {
@@ -125,10 +140,12 @@ async fn each_device_token_reaches_only_its_own_record_and_variant() {
         json!({"id": "lilygo-1", "variant": {"label": "lilygo", "instances": 0}}),
     )
     .await;
+    // The admin enrolls a second board into lilygo, which enrollment made for lilygo-1 (the
+    // enrollment key would need the owner's consent to share it: rights_devices.rs).
     let lily2 = enrolled(
         &f,
         "web",
-        &key,
+        ADMIN,
         json!({"id": "lilygo-2", "label": "lilygo"}),
     )
     .await;
@@ -234,8 +251,13 @@ async fn each_device_token_reaches_only_its_own_record_and_variant() {
     let too_many = json!({"instances": 4});
     let over = patch("radxa", &radxa, &too_many).await;
     assert_eq!(over.status, 403, "{over:?}");
-    let shared = patch("lilygo", &lily2, &scale).await;
-    assert_eq!(shared.status, 200, "{shared:?}");
+    // A variant two boards share is neither's to change.
+    for token in [&lily1, &lily2] {
+        let shared = patch("lilygo", token, &scale).await;
+        let (code, error) = refused(&shared);
+        assert_eq!(code, 403, "{shared:?}");
+        assert!(error.contains("held by 1 other device"), "{error}");
+    }
 
     // ... and nothing of anyone else's.
     for (method, path, body) in [

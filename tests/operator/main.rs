@@ -51,6 +51,7 @@ mod prometheus_operator;
 mod rbac;
 mod refused;
 mod replicas;
+mod rights_devices;
 mod rights_env;
 mod rollout;
 mod scoped;

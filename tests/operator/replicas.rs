@@ -237,7 +237,9 @@ async fn what_one_replica_made_is_usable_through_the_other_at_once() {
 }
 
 /// R30: edits of existing variants, alternating between the replicas, each read at once
-/// through the other with `Cache-Control: no-cache`: scaled, removed, added, and the list.
+/// through the other with `Cache-Control: no-cache`: scaled, removed, added, and the list. The
+/// admin scales and removes its `a`; the Mutation's token its own `b` (R32), added through one
+/// replica and scaled through the other, which checks who made it on the Mutation it reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit() {
@@ -260,7 +262,7 @@ async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit()
                 writer,
                 "PATCH",
                 "/mutations/m/variants/a",
-                Some(&token),
+                Some(ADMIN),
                 Some(&scale),
             )
             .await;
@@ -279,8 +281,23 @@ async fn a_validated_read_through_either_replica_shows_every_acknowledged_edit()
         .call(b, "POST", "/mutations/m/variants", Some(&token), Some(&add))
         .await;
     assert_eq!(added.status, 201, "{added:?}");
-    let removed = r
+    let scale = json!({"instances": 1});
+    let scaled = r
+        .call(
+            a,
+            "PATCH",
+            "/mutations/m/variants/b",
+            Some(&token),
+            Some(&scale),
+        )
+        .await;
+    assert_eq!(scaled.status, 200, "{scaled:?}");
+    let refused = r
         .call(b, "DELETE", "/mutations/m/variants/a", Some(&token), None)
+        .await;
+    assert_eq!(refused.status, 403, "the admin's a: {refused:?}");
+    let removed = r
+        .call(b, "DELETE", "/mutations/m/variants/a", Some(ADMIN), None)
         .await;
     assert_eq!(removed.status, 204, "{removed:?}");
     let listed = read(a, "/mutations/m/variants").await;

@@ -305,7 +305,8 @@ async fn the_admin_resumes_and_aborts_a_mutations_rollout() {
     let manifest = |image: &str| {
         let mut b = base("snap");
         b["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
-        let variants = json!([{"label": "radxa"}, {"label": "lily"}]);
+        // lily is handed to the Mutation's token, which scales it below (R32).
+        let variants = json!([{"label": "radxa"}, {"label": "lily", "byToken": true}]);
         let mut m = mutation("m", b, variants);
         m["spec"]["rollout"] = json!({"steps": [{"variants": ["radxa"]}, {"pause": true}]});
         m

@@ -211,13 +211,14 @@ async fn each_variant_gets_a_service_of_its_own_pods() {
         ["NAME", "BASE", "READY", "SECRET", "AGE"]
     );
 
-    // Removing a variant (through the API) removes its Service, and only that one.
+    // Removing a variant (through the API) removes its Service, and only that one. The
+    // variant is the owner's, so the admin removes it (R32: the token removes only its own).
     let radxa_uid = services.get("browser-snap-radxa-8-hd").await.unwrap().uid();
     let reply = f
         .call(
             "DELETE",
             "/mutations/browser-snap/variants/lilygo47",
-            Some(&token),
+            Some(ADMIN),
             None,
         )
         .await;

@@ -79,7 +79,11 @@ async fn an_unused_variant_idles_and_a_poll_wakes_it() {
     )
     .await;
     let add = f
-        .add_variant("m", ADMIN, &json!({"label": "lobby", "instances": 2}))
+        .add_variant(
+            "m",
+            ADMIN,
+            &json!({"label": "lobby", "instances": 2, "enrollable": true}),
+        )
         .await;
     assert_eq!(add.status, 201, "{add:?}");
     let idle = f

@@ -129,7 +129,7 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     .to_string();
     // R39: a Mutation with devices, one enrolled outside the budget (its token is needed).
     let fleet = json!({"name": "fleet", "deployment": base("fleet"),
-                       "variants": [{"label": "shared", "instances": 0}],
+                       "variants": [{"label": "shared", "instances": 0, "enrollable": true}],
                        "devices": {"enrollment": "Open"}});
     let made = f
         .call("POST", "/mutations", Some(ADMIN), Some(&fleet))

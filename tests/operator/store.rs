@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mutantops::crd::{SleepState, VariantState};
 
 use super::audit::{audit_events, audit_log, log_size};
-use super::devices::{create, enroll, enrolled};
+use super::devices::{create, create_with, enroll, enrolled};
 use super::sleep::poll;
 use super::*;
 
@@ -127,26 +127,23 @@ async fn enrollment_cannot_grow_a_mutation_past_the_size_bound() {
         "the refused board is not enrolled: {}",
         listed.body
     );
-    let joined = enroll(
-        &f,
-        "m",
-        &key,
-        json!({"id": "small", "label": enrolled_ids[0]}),
-    )
-    .await;
+    // Into the variant the owner opened to enrollment (R39).
+    let joined = enroll(&f, "m", &key, json!({"id": "small", "label": "admin-only"})).await;
     assert_eq!(joined.status, 201, "writable after the refusal: {joined:?}");
 }
 
-/// R32, R52: `spec.deviceAccess.labelPattern` bounds the labels a token may use, enrolling into
-/// an existing variant included: the enrollment key cannot hand a board a token for the
-/// admin's variant, while the admin can enroll it there.
+/// R32, R39, R52: `spec.deviceAccess.labelPattern` bounds the labels a token may use, and
+/// enrolling into an existing variant keeps to it: the enrollment key cannot hand a board a
+/// token for the admin's variant (not marked `enrollable`, outside the pattern), while a
+/// board's variant the pattern matches is open to others, and the admin can enroll anywhere.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn enrollment_into_an_existing_label_keeps_to_the_label_pattern() {
     let f = Fixture::with_api("store-pattern").await;
-    let key = create(
+    let key = create_with(
         &f,
         "m",
+        json!([{"label": "admin-only", "instances": 0}]),
         json!({"enrollment": "Open"}),
         json!({"labelPattern": "board-*"}),
     )

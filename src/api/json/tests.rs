@@ -25,6 +25,13 @@ fn a_variant_renders_as_docs_api_shows() {
         json!({"label": "beta", "env": {"FEATURE_X": "on"}, "instances": 2,
                "readOnly": false, "status": null})
     );
+    // R39: a device's view leaves the env out, key and values.
+    let mut device = variant_view(&m, 0).unwrap();
+    device.env = None;
+    assert_eq!(
+        serde_json::to_value(device).unwrap(),
+        json!({"label": "beta", "instances": 2, "readOnly": false, "status": null})
+    );
     m.status = Some(OwnerStatus {
         variants: vec![VariantStatus {
             replicas: 2,
@@ -75,6 +82,14 @@ fn requests_refuse_unknown_fields_and_default_instances() {
     );
     let ok: VariantRequest = serde_json::from_str(r#"{"label":"a"}"#).unwrap();
     assert_eq!((ok.instances, ok.env.len()), (1, 0));
+    // R32, R39: the owner's marks, spelled as in the CRD
+    let marked: VariantRequest =
+        serde_json::from_str(r#"{"label":"a","enrollable":true,"byToken":true}"#).unwrap();
+    let marked = Variant::from(marked);
+    assert_eq!(
+        (marked.enrollable, marked.by_token),
+        (Some(true), Some(true))
+    );
     assert!(serde_json::from_str::<ScaleRequest>(r#"{"instances":"4"}"#).is_err());
     assert!(serde_json::from_str::<ScaleRequest>(r#"{"instances":4,"env":{}}"#).is_err());
     // R32: the owner's deviceAccess, spelled as in the CRD, typos refused
