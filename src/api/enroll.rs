@@ -63,14 +63,25 @@ pub async fn enroll(
     let (label, new_variant) = target_of(body.variant, body.label)?;
     let id = body.id;
     let max = policy.max_devices;
-    let free = |r: &Registry| room_for(r, &id, ns, name, max);
+    let admin = *caller == Caller::Admin;
+    let free = |r: &Registry| room_for(r, &id, (ns, name), max, admin);
     // Checked before anything is written, so that a refused enrollment changes nothing: first
     // on this replica's cache, so that one refused there costs the API server nothing (the
     // enrollment key is shared by every board not enrolled yet), then on the Secret as the API
     // server has it.
     free(&cached_registry(&state.caches, &m))?;
-    free(&read_registry(state, &owner).await?)?;
-    join_or_make(state, caller, &m, &label, new_variant.as_ref()).await?;
+    let registry = read_registry(state, &owner).await?;
+    free(&registry)?;
+    let made_by_another = registry.made.contains(&label);
+    join_or_make(
+        state,
+        caller,
+        &m,
+        &label,
+        new_variant.as_ref(),
+        made_by_another,
+    )
+    .await?;
     let made = new_variant.is_some();
     let token = issue_token()?;
     let enrolled_at = rfc3339(now);
@@ -205,7 +216,8 @@ fn target_of(
 /// it may join the existing variant `label` of `m`: 409 for a new variant whose label is
 /// taken, 404 for a label that is not there, 403 when the enrollment key asks to join a
 /// variant its owner has not opened to enrollment (`enrollable: true`, or a
-/// `spec.deviceAccess.labelPattern` its label matches). A board that joins a variant reads
+/// `spec.deviceAccess.labelPattern` its label matches, the latter only for a variant no
+/// board's enrollment `made`). A board that joins a variant reads
 /// and polls it, and never changes it (`rights::device_may_change`).
 async fn join_or_make(
     state: &ApiState,
@@ -213,6 +225,7 @@ async fn join_or_make(
     m: &Mutation,
     label: &str,
     new: Option<&Variant>,
+    made: bool,
 ) -> Result<(), ApiError> {
     let (ns, name) = (
         m.metadata.namespace.as_deref().unwrap_or_default(),
@@ -232,7 +245,7 @@ async fn join_or_make(
             Ok(())
         }
         (None, Some(v)) if *caller != Caller::Admin => {
-            may_join(m.spec.device_access.as_deref(), v).map_err(ApiError::forbidden)
+            may_join(m.spec.device_access.as_deref(), v, made).map_err(ApiError::forbidden)
         }
         (None, Some(_)) => Ok(()),
     }
@@ -240,16 +253,31 @@ async fn join_or_make(
 
 /// Whether `r` has room for device `id`: not enrolled yet, and fewer than `max` devices. The
 /// store holds the devices Secret to `max` on every write; this checks a registry before
-/// anything is written, so that a refused enrollment costs nothing.
-fn room_for(r: &Registry, id: &str, ns: &str, name: &str, max: usize) -> Result<(), ApiError> {
-    not_enrolled(r, id, ns, name)?;
-    if r.devices.len() >= max {
-        return Err(ApiError::forbidden(format!(
+/// anything is written, so that a refused enrollment costs nothing. The enrollment key gets
+/// one answer for both (409, naming both): told apart, a full Mutation would say which ids
+/// are enrolled (R39); the admin is told which.
+fn room_for(
+    r: &Registry,
+    id: &str,
+    at: (&str, &str),
+    max: usize,
+    admin: bool,
+) -> Result<(), ApiError> {
+    let (ns, name) = at;
+    let taken = r.devices.contains_key(id);
+    let full = r.devices.len() >= max;
+    match (taken || full, admin) {
+        (false, _) => Ok(()),
+        (true, true) if taken => not_enrolled(r, id, ns, name),
+        (true, true) => Err(ApiError::forbidden(format!(
             "mutation {ns}/{name} has {} devices, its maxDevices: no more enroll",
             r.devices.len()
-        )));
+        ))),
+        (true, false) => Err(ApiError::conflict(format!(
+            "device {id:?} cannot enroll in mutation {ns}/{name}: its id is enrolled already, \
+             or the Mutation has its maxDevices devices (the two are not told apart)"
+        ))),
     }
-    Ok(())
 }
 
 /// 409 when device `id` is enrolled in `r` already.

@@ -114,13 +114,21 @@ pub fn device_may_change(r: &Registry, id: &str, label: &str) -> Result<(), Stri
 
 /// Whether the enrollment key may enroll a board into `v`, a variant that exists (R39): only
 /// with the owner's consent, `v` marked `enrollable: true` or `spec.deviceAccess.labelPattern`
-/// set and matching its label. Err is the message of a 403 naming the label and both ways to
-/// consent.
-pub fn may_join(access: Option<&DeviceAccess>, v: &Variant) -> Result<(), String> {
+/// set and matching its label. A pattern consents only for the owner's variants, never for
+/// one another board's enrollment `made`: a lifted key could otherwise put a fake board into
+/// every board's variant and so freeze it for its own board. Err is the message of a 403
+/// naming the label and the ways to consent.
+pub fn may_join(access: Option<&DeviceAccess>, v: &Variant, made: bool) -> Result<(), String> {
     if v.enrollable == Some(true) {
         return Ok(());
     }
     let label = &v.label;
+    if made {
+        return Err(format!(
+            "label {label:?}: a variant another board's enrollment made, which the owner has not \
+             marked enrollable: true; a board enrolls into it only with that mark"
+        ));
+    }
     match access.and_then(|a| a.label_pattern.as_deref()) {
         Some(pattern) if glob_match(pattern, label) => Ok(()),
         Some(pattern) => Err(format!(
@@ -290,7 +298,7 @@ mod tests {
     // R39: the enrollment key joins a variant that exists only with the owner's consent.
     #[test]
     fn joining_a_variant_needs_the_owners_consent() {
-        let e = may_join(None, &variant("lobby")).unwrap_err();
+        let e = may_join(None, &variant("lobby"), false).unwrap_err();
         assert!(
             e.contains("\"lobby\"") && e.contains("enrollable: true") && e.contains("labelPattern"),
             "{e}"
@@ -299,21 +307,29 @@ mod tests {
             enrollable: Some(true),
             ..variant("lobby")
         };
-        assert_eq!(may_join(None, &open), Ok(()));
+        assert_eq!(may_join(None, &open, false), Ok(()));
         let shut = Variant {
             enrollable: Some(false),
             ..variant("lobby")
         };
-        assert!(may_join(None, &shut).is_err());
+        assert!(may_join(None, &shut, false).is_err());
         let pattern = DeviceAccess {
             label_pattern: Some("board-*".into()),
             ..DeviceAccess::default()
         };
-        assert_eq!(may_join(Some(&pattern), &variant("board-7")), Ok(()));
-        let e = may_join(Some(&pattern), &variant("lobby")).unwrap_err();
+        assert_eq!(may_join(Some(&pattern), &variant("board-7"), false), Ok(()));
+        let e = may_join(Some(&pattern), &variant("lobby"), false).unwrap_err();
         assert!(e.contains("\"board-*\""), "{e}");
         // The owner's mark wins over a pattern the label does not match.
-        assert_eq!(may_join(Some(&pattern), &open), Ok(()));
+        assert_eq!(may_join(Some(&pattern), &open, false), Ok(()));
+        // Another board's variant: the pattern does not consent, only the owner's mark.
+        let e = may_join(Some(&pattern), &variant("board-7"), true).unwrap_err();
+        assert!(e.contains("another board's enrollment"), "{e}");
+        let marked = Variant {
+            enrollable: Some(true),
+            ..variant("board-7")
+        };
+        assert_eq!(may_join(Some(&pattern), &marked, true), Ok(()));
     }
 
     // R32, R39: only the owner marks a variant.

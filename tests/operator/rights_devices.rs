@@ -132,8 +132,9 @@ async fn enrolling_into_a_variant_the_owner_did_not_open_is_403() {
 }
 
 /// R39: a device changes the variant its enrollment made while it holds it alone: it scales it
-/// (the answer without env). Once a second board joins it (the owner's labelPattern lets it),
-/// neither board changes it (403 naming the other holder); when the second leaves, the first
+/// (the answer without env). The enrollment key cannot put a second board into it (the
+/// owner's labelPattern opens only the owner's variants); once the admin does, neither board
+/// changes it (403 naming the other holder); when the second leaves, the first
 /// scales it again, and removing itself takes the variant along.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
@@ -154,8 +155,12 @@ async fn a_device_changes_its_own_variant_only_while_it_holds_it_alone() {
     assert_eq!(scaled.json()["instances"], 2);
     assert!(scaled.json().get("env").is_none(), "{}", scaled.body);
 
-    // A second board joins it: shared, neither changes it.
-    let other = enrolled(&f, "web", &key, json!({"id": "radxa-9", "label": "radxa"})).await;
+    // The key cannot put a second board into it, though its label matches labelPattern: a
+    // lifted key would otherwise freeze every board's variant for its board.
+    let joined = enroll(&f, "web", &key, json!({"id": "radxa-9", "label": "radxa"})).await;
+    joined.assert_refused(403, &["\"radxa\"", "another board's enrollment"]);
+    // The admin does: shared, neither board changes it.
+    let other = enrolled(&f, "web", ADMIN, json!({"id": "radxa-9", "label": "radxa"})).await;
     for (who, token) in [("radxa-8", &radxa), ("radxa-9", &other)] {
         let (code, error) = change(&f, "PATCH", "radxa", token, Some(3)).await;
         assert_eq!(code, 403, "{who}: {error}");

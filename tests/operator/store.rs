@@ -134,8 +134,9 @@ async fn enrollment_cannot_grow_a_mutation_past_the_size_bound() {
 
 /// R32, R39, R52: `spec.deviceAccess.labelPattern` bounds the labels a token may use, and
 /// enrolling into an existing variant keeps to it: the enrollment key cannot hand a board a
-/// token for the admin's variant (not marked `enrollable`, outside the pattern), while a
-/// board's variant the pattern matches is open to others, and the admin can enroll anywhere.
+/// token for the admin's variant (not marked `enrollable`, outside the pattern), an owner's
+/// variant the pattern matches is open to boards, another board's is not, and the admin can
+/// enroll anywhere.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
 async fn enrollment_into_an_existing_label_keeps_to_the_label_pattern() {
@@ -143,7 +144,7 @@ async fn enrollment_into_an_existing_label_keeps_to_the_label_pattern() {
     let key = create_with(
         &f,
         "m",
-        json!([{"label": "admin-only", "instances": 0}]),
+        json!([{"label": "admin-only", "instances": 0}, {"label": "board-hall", "instances": 0}]),
         json!({"enrollment": "Open"}),
         json!({"labelPattern": "board-*"}),
     )
@@ -168,7 +169,20 @@ async fn enrollment_into_an_existing_label_keeps_to_the_label_pattern() {
         json!({"id": "board-1", "variant": {"label": "board-1", "instances": 0}}),
     )
     .await;
-    enrolled(&f, "m", &key, json!({"id": "board-2", "label": "board-1"})).await;
+    // The pattern opens the owner's variants it matches, never another board's.
+    enrolled(
+        &f,
+        "m",
+        &key,
+        json!({"id": "board-2", "label": "board-hall"}),
+    )
+    .await;
+    let reply = enroll(&f, "m", &key, json!({"id": "board-3", "label": "board-1"})).await;
+    assert_eq!(reply.status, 403, "{reply:?}");
+    assert!(
+        error_of(&reply).contains("another board's enrollment"),
+        "{reply:?}"
+    );
     enrolled(&f, "m", ADMIN, json!({"id": "desk", "label": "admin-only"})).await;
 }
 
