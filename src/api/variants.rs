@@ -157,8 +157,9 @@ fn stored(caller: &Caller, variant: &Variant, m: &Mutation) -> Variant {
     let mut routed = route_device_env(access, variant);
     // R41: its env stays held to the owner's list if the base changes.
     routed.by_token = Some(true);
-    // R32, R36: the owner's switch for the token's variants' Service.
-    if access.and_then(|a| a.service) == Some(false) {
+    // R32, R36: a Service only when the owner opted in, so that no token claims a name
+    // another app expects.
+    if !totals::token_variants_served(access) {
         routed.service = Some(false);
     }
     routed

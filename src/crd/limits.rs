@@ -110,8 +110,10 @@ pub struct DeviceAccess {
     #[schemars(range(min = 0, max = 500))]
     pub max_exposed_services: Option<i32>,
 
-    /// Whether the variants the token adds get the owner's Service (default true); false
-    /// stores them with `service: false`.
+    /// Whether the variants a token adds get the owner's Service (`<base>-<label>`): by
+    /// default only when `labelPattern` is set (the owner chose the names); true opts in
+    /// whatever the labels, false opts out. A variant not served is stored with
+    /// `service: false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<bool>,
 

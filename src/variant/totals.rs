@@ -76,6 +76,17 @@ pub fn may_total(
     Ok(())
 }
 
+/// Whether the variants a token adds get the owner's Service (R32, R36): only when the owner
+/// opted in, with `spec.deviceAccess.service: true` or a `labelPattern` (the names it hands
+/// out). Otherwise a token's label would name a Service, `<base>-<label>`, that another app
+/// of the namespace may expect (`web-db`), so the variant is stored with `service: false`.
+pub fn token_variants_served(access: Option<&DeviceAccess>) -> bool {
+    match access {
+        Some(a) => a.service.unwrap_or(a.label_pattern.is_some()),
+        None => false,
+    }
+}
+
 /// Whether a token may use `label` (R32): give it to a variant it adds; only a label matching
 /// `spec.deviceAccess.labelPattern`. (Which variants that exist it may join or change is
 /// `rights`'s.)
@@ -101,7 +112,7 @@ pub fn may_add(
 ) -> Result<(), String> {
     may_use_label(access, &variant.label)?;
     may_total(access, variants, &variant.label, variant.instances)?;
-    let served = access.and_then(|a| a.service) != Some(false) && variant.service != Some(false);
+    let served = token_variants_served(access) && variant.service != Some(false);
     if exposed && served {
         let open = variants.iter().filter(|v| v.service != Some(false)).count();
         let (max, source) = match access.and_then(|a| a.max_exposed_services) {
@@ -228,5 +239,21 @@ mod tests {
         };
         problems(&bad, &mut problems_found);
         assert_eq!(problems_found.len(), 2, "{problems_found:?}");
+    }
+
+    // R32, R36: a token's variants are served only when the owner opted in.
+    #[test]
+    fn a_tokens_variants_are_served_only_when_the_owner_opts_in() {
+        use super::token_variants_served as served;
+        let with = |service: Option<bool>, pattern: Option<&str>| DeviceAccess {
+            service,
+            label_pattern: pattern.map(str::to_owned),
+            ..DeviceAccess::default()
+        };
+        assert!(!served(None));
+        assert!(!served(Some(&with(None, None))));
+        assert!(served(Some(&with(None, Some("board-*")))));
+        assert!(served(Some(&with(Some(true), None))));
+        assert!(!served(Some(&with(Some(false), Some("board-*")))));
     }
 }

@@ -84,7 +84,8 @@ async fn an_added_variants_service_is_built_and_dry_run() {
     let f = Fixture::with_api("dryservice").await;
     // A base whose name makes no Service name (a dot).
     let dotted = json!({"name": "dotted", "deployment": wide_base("web.v2", 1),
-                        "variants": [], "service": {"type": "ClusterIP"}});
+                        "variants": [], "service": {"type": "ClusterIP"},
+                        "deviceAccess": {"service": true}});
     let created = f
         .call("POST", "/mutations", Some(ADMIN), Some(&dotted))
         .await;
@@ -104,7 +105,8 @@ async fn an_added_variants_service_is_built_and_dry_run() {
     .unwrap();
     quotas.create(&PostParams::default(), &quota).await.unwrap();
     let exposed = json!({"name": "exposed", "deployment": wide_base("exposed", 1),
-                         "variants": [], "service": {"type": "NodePort"}});
+                         "variants": [], "service": {"type": "NodePort"},
+                         "deviceAccess": {"service": true}});
     let created = f
         .call("POST", "/mutations", Some(ADMIN), Some(&exposed))
         .await;

@@ -203,7 +203,9 @@ async fn the_operator_runs_with_its_service_account() {
             && s.variants.iter().all(|v| v.service.is_some())
     })
     .await;
-    // The API works under the same account: add a variant with the Mutation's own token.
+    // The API works under the same account: add a variant with the Mutation's own token (the
+    // owner lets the token's variants have Services: R36).
+    super::api_device::set_device_access(&f, "browser-snap", json!({"service": true})).await;
     let snap = f.token("browser-snap").await;
     let reply = f
         .call(

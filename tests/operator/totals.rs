@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::Service;
 
-use super::*;
+use super::{api_device::set_device_access, *};
 
 /// A base serving port 80, named http.
 fn serving_base(name: &str) -> Value {
@@ -133,4 +133,70 @@ async fn the_owner_decides_whether_a_tokens_variants_get_a_service() {
         .filter_map(|s| s.metadata.name)
         .collect();
     assert_eq!(names, ["web-main"]);
+}
+
+/// R32, R36: by default a token's variant gets no Service: its label would name one,
+/// `<base>-<label>`, that another app of the namespace may expect (`web-db`). The owner opts
+/// in with a labelPattern (the names it hands out) or `deviceAccess.service: true`; the
+/// owner's own variants are served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn by_default_a_tokens_variant_claims_no_service_name() {
+    let f = Fixture::with_api("claims").await;
+    let create = json!({
+        "name": "web", "deployment": serving_base("web"),
+        "variants": [{"label": "main", "instances": 0}],
+        "service": {"type": "ClusterIP"},
+    });
+    let created = f
+        .call("POST", "/mutations", Some(ADMIN), Some(&create))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let token = f.token("web").await;
+    let add = |label: &str| json!({"label": label, "instances": 0});
+    assert_eq!(f.add_variant("web", &token, &add("db")).await.status, 201);
+    set_device_access(&f, "web", json!({"labelPattern": "board-*"})).await;
+    assert_eq!(
+        f.add_variant("web", &token, &add("board-1")).await.status,
+        201
+    );
+    set_device_access(&f, "web", json!({"labelPattern": null, "service": true})).await;
+    assert_eq!(
+        f.add_variant("web", &token, &add("kiosk")).await.status,
+        201
+    );
+    let m = f.mutations().get("web").await.unwrap();
+    let stored: Vec<(&str, Option<bool>)> = m
+        .spec
+        .variants
+        .iter()
+        .map(|v| (v.label.as_str(), v.service))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("main", None),
+            ("db", Some(false)),
+            ("board-1", None),
+            ("kiosk", None)
+        ]
+    );
+    f.wait_status::<Mutation>("web", "four variants, three served", |s| {
+        s.variants.len() == 4
+            && s.variants
+                .iter()
+                .all(|v| (v.label != "db") == v.service.is_some())
+    })
+    .await;
+    let services: Api<Service> = f.ns.api();
+    let mut names: Vec<String> = services
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["web-board-1", "web-kiosk", "web-main"]);
 }
