@@ -59,6 +59,9 @@ pub async fn enroll(
     let now = Timestamp::now();
     if *caller != Caller::Admin {
         policy.enrollment_open(now).map_err(ApiError::forbidden)?;
+        policy
+            .may_enroll_id(&body.id)
+            .map_err(ApiError::forbidden)?;
     }
     let (label, new_variant) = target_of(body.variant, body.label)?;
     let id = body.id;

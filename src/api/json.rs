@@ -62,6 +62,9 @@ pub struct DevicesRequest {
     /// [`DevicesSpec::sleep`].
     #[serde(default)]
     pub sleep: Option<SleepRequest>,
+    /// [`DevicesSpec::ids`].
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
 }
 
 /// `devices.sleep` of `POST .../mutations`: [`SleepSpec`], refusing unknown fields.
@@ -124,6 +127,7 @@ impl From<DevicesRequest> for DevicesSpec {
             gone_after: r.gone_after,
             persist_every: r.persist_every,
             sleep: r.sleep.map(SleepSpec::from),
+            ids: r.ids,
         }
     }
 }

@@ -55,6 +55,14 @@ pub struct DevicesSpec {
     #[schemars(range(min = 1, max = 500))]
     pub max_devices: Option<i32>,
 
+    /// The device ids the Mutation's token may enroll (at most 500); absent: any id. A board's
+    /// id (a MAC address, say) is then the owner's to list, and a lifted token cannot take the
+    /// id of a board not listed. The admin token enrolls any id: the way to bind an id to its
+    /// board is to enroll it with the admin token and provision the device's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 500))]
+    pub ids: Option<Vec<String>>,
+
     /// A device not heard from for this long is Late (default 30m). A duration as Kubernetes
     /// writes one: 90s, 45m, 24h, 1h30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,10 @@
 //! [`must_persist`]). No I/O. The registry of Secret `<name>-devices` is `registry`'s, and
 //! re-exported here for the callers that see a device whole.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -85,6 +88,8 @@ pub struct Policy {
     pub gone_after: Duration,
     /// A device's last-seen time is written when the written one is this old.
     pub persist_every: Duration,
+    /// The ids the Mutation's token may enroll; `None`: any.
+    pub ids: Option<BTreeSet<String>>,
 }
 
 impl Policy {
@@ -131,6 +136,21 @@ impl Policy {
                 format!("spec.devices.openUntil {text:?}: not an RFC 3339 time: {e}")
             })?),
         };
+        let ids = match &spec.ids {
+            None => None,
+            Some(ids) if ids.len() > usize::try_from(MAX_DEVICES).unwrap_or(0) => {
+                return Err(format!(
+                    "spec.devices.ids: {} ids, at most {MAX_DEVICES}",
+                    ids.len()
+                ));
+            }
+            Some(ids) => {
+                for id in ids {
+                    validate_device_id(id).map_err(|e| format!("spec.devices.ids: {e}"))?;
+                }
+                Some(ids.iter().cloned().collect())
+            }
+        };
         Ok(Policy {
             open: spec.enrollment == Enrollment::Open,
             open_until,
@@ -138,7 +158,20 @@ impl Policy {
             late_after,
             gone_after,
             persist_every,
+            ids,
         })
+    }
+
+    /// Whether the Mutation's token may enroll device `id` (R39): any id, or one of
+    /// `spec.devices.ids` when the owner lists them; why not if not.
+    pub fn may_enroll_id(&self, id: &str) -> Result<(), String> {
+        match &self.ids {
+            Some(ids) if !ids.contains(id) => Err(format!(
+                "device id {id:?}: not in spec.devices.ids, the ids the owner lets the \
+                 Mutation's token enroll (the admin token enrolls any)"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the Mutation's token may enroll at `now`; why not if not.

@@ -271,3 +271,32 @@ async fn without_devices_a_token_changes_only_the_tokens_variants() {
         .collect();
     assert_eq!(kept, [("owner", 1), ("handed", 2), ("placed", 0)]);
 }
+
+/// R39: with `spec.devices.ids` the enrollment key enrolls only the ids the owner lists (a
+/// lifted key cannot take the id of a board not listed), and the admin enrolls any id, which
+/// is how an id is bound to its board.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn the_owner_may_list_the_ids_the_key_enrolls() {
+    let f = Fixture::with_api("rights-ids").await;
+    let mut m = fleet("web", json!([]), json!({"labelPattern": "board-*"}));
+    m["spec"]["devices"]["ids"] = json!(["aa-01"]);
+    f.apply::<Mutation>(&m).await;
+    let key = f.token("web").await;
+    let own =
+        |id: &str| json!({"id": id, "variant": {"label": format!("board-{id}"), "instances": 0}});
+    enrolled(&f, "web", &key, own("aa-01")).await;
+    let refused = enroll(&f, "web", &key, own("zz-99")).await;
+    refused.assert_refused(403, &["\"zz-99\"", "spec.devices.ids"]);
+    enrolled(&f, "web", ADMIN, own("zz-99")).await;
+    let m = f.mutations().get("web").await.unwrap();
+    let mut ids: Vec<String> = m
+        .status
+        .unwrap()
+        .devices
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["aa-01", "zz-99"]);
+}

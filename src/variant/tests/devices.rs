@@ -20,6 +20,7 @@ fn policy(late: u64, gone: u64, persist: u64) -> Policy {
         late_after: Duration::from_secs(late),
         gone_after: Duration::from_secs(gone),
         persist_every: Duration::from_secs(persist),
+        ids: None,
     }
 }
 
@@ -106,6 +107,28 @@ fn the_policy_is_checked() {
             .enrollment_open(t(0))
             .is_err_and(|e| e.contains("Closed"))
     );
+}
+
+// R39: with spec.devices.ids the key enrolls only the ids listed; each listed id is checked
+#[test]
+fn the_owner_may_list_the_ids_a_key_enrolls() {
+    assert_eq!(policy(60, 120, 30).may_enroll_id("anything"), Ok(()));
+    let listed = Policy {
+        ids: Some(["aa-01".to_owned()].into()),
+        ..policy(60, 120, 30)
+    };
+    assert_eq!(listed.may_enroll_id("aa-01"), Ok(()));
+    let e = listed.may_enroll_id("zz-99").unwrap_err();
+    assert!(
+        e.contains("\"zz-99\"") && e.contains("spec.devices.ids"),
+        "{e}"
+    );
+    let spec = DevicesSpec {
+        ids: Some(vec!["aa-01".into(), "bad id".into()]),
+        ..DevicesSpec::default()
+    };
+    let e = Policy::of(&spec).unwrap_err();
+    assert!(e.contains("spec.devices.ids"), "{e}");
 }
 
 #[test]
