@@ -172,8 +172,7 @@ where
     serve_on(name, listener, config, tls, shutdown, open, handler).await
 }
 
-/// The open connections of a listener of `config`, for [`serve_on`]; whoever keeps a clone
-/// can ask whether the listener is [saturated](Connections::saturated).
+/// The open connections of a listener of `config`, for [`serve_on`].
 pub fn connections(config: &ServerConfig) -> Arc<Connections> {
     Connections::new(config.max_connections, config.header_read_timeout)
 }
@@ -269,7 +268,7 @@ where
                         server = name,
                         max_connections = config.max_connections,
                         refused,
-                        "at the connection cap with every connection busy: refusing new connections"
+                        "the listener is saturated: at the connection cap, and no connection may be closed for a new one; refusing new connections"
                     );
                     last_refusal_log = Some(tokio::time::Instant::now());
                 }

@@ -215,7 +215,6 @@ pub async fn run(config: Config) -> Result<()> {
     let admin_state = Arc::new(AdminState {
         metrics,
         caches,
-        api_connections: Some(state.connections.clone()),
         api_listed: Some(api_listed),
     });
     let admin_task = tokio::spawn(admin::serve(

@@ -47,7 +47,7 @@ pub struct ApiState {
     /// The requests each caller has in flight: at most a quarter of the connections
     /// (R44).
     pub in_flight: Arc<crate::http::Shares<crate::http::Key>>,
-    /// The listener's connections, whose saturation `/readyz` reports.
+    /// The listener's connections.
     pub connections: Arc<crate::http::Connections>,
     /// The operator's metrics (polls answered `ready: false`, R42).
     pub metrics: Arc<crate::metrics::Metrics>,

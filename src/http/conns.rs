@@ -8,8 +8,8 @@
 //! connection younger than [`ServerConfig::header_read_timeout`] of an address within its
 //! half is never closed for another: a board in a slow TLS handshake, or sending its first
 //! request, keeps its connection however fast somebody else opens theirs. When no open
-//! connection may be closed, the new one is refused, and the listener says it is
-//! [saturated](Open::saturated).
+//! connection may be closed, the new one is refused, and the loop says in its log that the
+//! listener is saturated.
 //! Idle connections are also closed after [`ServerConfig::header_read_timeout`] by hyper
 //! itself. So a client that opens connections and sends nothing can hold at most the cap, and
 //! only until somebody else connects: the process keeps its file descriptors for its own calls
@@ -216,13 +216,6 @@ impl Open {
         Admit::Yes { slot, id, evicted }
     }
 
-    /// Whether a new connection would be refused now: at the cap, and no open connection may
-    /// be closed for it (all busy, or too young). `/readyz` reports it (R34).
-    pub fn saturated(&self) -> bool {
-        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots.1.len() >= self.max && self.victim(&slots.1).is_none()
-    }
-
     /// Frees the slot of a connection that has ended.
     pub(super) fn leave(&self, id: u64) {
         self.slots
@@ -337,13 +330,11 @@ mod tests {
             .expect_err("the board's connection must stay");
 
         // Four addresses with one young connection each: nobody may be closed, the listener
-        // is saturated until they are older than 5 s.
+        // refuses new ones until they are older than 5 s.
         let open = Open::new(4, Duration::from_secs(5));
         let each: Vec<_> = (1..=4).map(|n| admitted_from(&open, ip(n))).collect();
         assert!(matches!(open.admit(ip(9)), Admit::Full));
-        assert!(open.saturated());
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(!open.saturated());
         let (_, _, evicted) = admitted_from(&open, ip(9));
         assert!(evicted);
         drop(each);
