@@ -130,7 +130,8 @@ pub const WRITES_PER_TOKEN: Rate = Rate {
 /// Who a check of a miss is charged to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Asker {
-    /// A token this replica cannot check (yet): the client's address.
+    /// A token this replica cannot check (yet): the client's address (the connection's peer,
+    /// or the client a trusted proxy names).
     Peer(IpAddr),
     /// An authenticated caller (a name or label this replica does not show).
     Caller(Caller),

@@ -58,10 +58,12 @@ pub use state::ApiState;
 pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<http::Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    // Whose share the answer holds: the caller's once known, else the client's address.
-    let mut key = req.extensions().get::<http::Peer>().map_or_else(
+    // Whose share the answer holds: the caller's once known, else the client's address (the
+    // peer's, or the one a trusted proxy names).
+    let client = req.extensions().get::<http::Client>().map(|c| c.0);
+    let mut key = client.map_or_else(
         || http::Key::from("unknown client"),
-        |peer| http::Key::from(format!("address {}", peer.0.ip())),
+        |ip| http::Key::from(format!("address {ip}")),
     );
     // R34: one deadline over the whole request, every API-server call included.
     // The handler's future is large (every route's state): boxed, it is moved as a pointer
@@ -85,10 +87,11 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<ht
         .response()
     });
     let status = response.status().as_u16();
+    let client = client.map(tracing::field::display);
     if response.status().is_server_error() {
-        tracing::warn!(%method, %path, status, "api request failed");
+        tracing::warn!(%method, %path, status, client, "api request failed");
     } else {
-        tracing::debug!(%method, %path, status, "api request");
+        tracing::debug!(%method, %path, status, client, "api request");
     }
     response
 }
@@ -103,8 +106,8 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     let mut ctx = Ctx::new(state, route, params)?;
     request::ready(state)?;
     ctx.served_by(state)?;
-    let peer = req.extensions().get::<http::Peer>();
-    let caller = request::authenticate(state, &mut ctx, req.headers(), peer).await?;
+    let client = req.extensions().get::<http::Client>().map(|c| c.0);
+    let caller = request::authenticate(state, &mut ctx, req.headers(), client).await?;
     *key = caller.budget_key();
     // R44: a caller has at most its share of the connections busy.
     let Some(_in_flight) = state.in_flight.enter(caller.budget_key()) else {

@@ -98,7 +98,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "report",
         ],
     ),
-    ("config", &[]),
+    ("config", &["cidr"]),
     ("connect", &["depth", "tls", "health"]),
     (
         "http",
@@ -108,6 +108,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "limits",
             "deadline",
             "shares",
+            "forwarded",
             "conns",
             "budget",
             "body",
