@@ -62,7 +62,7 @@ mod shares;
 use conns::{EVICTION_WAIT, REFUSAL_LOG_EVERY, REFUSED_AT_CAP, REFUSED_FOR_ADDRESS};
 pub use conns::{Open as Connections, share_of};
 pub use forwarded::Client;
-pub use shares::Shares;
+pub use shares::{InFlight, Shares};
 #[cfg(test)]
 mod tests;
 pub mod tls;
