@@ -3,9 +3,11 @@
 //! client that prefers it, as Prometheus does), `/healthz` (the process answers) and
 //! `/readyz` (the caches are synced, the API server has answered within
 //! `MUTANT_STALE_AFTER_SECONDS`, no watch has been silent for
-//! `MUTANT_WATCH_STALE_AFTER_SECONDS` since its last full list, the API knows which namespaces
-//! it serves, and the API listener would let a new connection in). Served by the same hardened
-//! loop as the API.
+//! `MUTANT_WATCH_STALE_AFTER_SECONDS` since its last full list, and the API knows which
+//! namespaces it serves). Readiness is the replica's ability to serve, never how many clients
+//! hold its listener (R34): a replica taken out of its Service because clients filled its
+//! connections would let a few hosts take every replica out in turn; the loop logs when it
+//! refuses connections at the cap instead. Served by the same hardened loop as the API.
 
 use std::sync::Arc;
 
@@ -28,9 +30,6 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// The caches whose sync `/readyz` reports.
     pub caches: Caches,
-    /// The API listener's connections: `/readyz` says not ready while no new one would be let
-    /// in (R34).
-    pub api_connections: Option<Arc<http::Connections>>,
     /// Whether the API knows which namespaces it serves (the labelled ones listed:
     /// R33); `/readyz` says not ready until it does.
     pub api_listed: Option<tokio::sync::watch::Receiver<bool>>,
@@ -54,20 +53,6 @@ pub fn handle(
         }
         "/healthz" => http::text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
         "/readyz" => match state.caches.serving() {
-            Serving::Yes
-                if state
-                    .api_connections
-                    .as_ref()
-                    .is_some_and(|c| c.saturated()) =>
-            {
-                http::text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain; charset=utf-8",
-                    "not ready: the API's connections are all busy or just opened; new ones \
-                     are refused\n"
-                        .into(),
-                )
-            }
             Serving::Yes if state.api_listed.as_ref().is_some_and(|l| !*l.borrow()) => http::text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain; charset=utf-8",
@@ -152,7 +137,6 @@ mod tests {
         let state = AdminState {
             metrics,
             caches,
-            api_connections: None,
             api_listed: None,
         };
         assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
@@ -176,7 +160,6 @@ mod tests {
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,
-            api_connections: None,
             api_listed: Some(api_listed),
         };
         let (status, body) = get(&state, "/readyz").await;
@@ -200,7 +183,6 @@ mod tests {
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,
-            api_connections: None,
             api_listed: None,
         };
         health.failed();
@@ -221,7 +203,6 @@ mod tests {
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,
-            api_connections: None,
             api_listed: None,
         };
         writers.went_silent(crate::cache::Cache::Secrets);
@@ -241,7 +222,6 @@ mod tests {
         let state = AdminState {
             metrics: Arc::new(Metrics::new()),
             caches,
-            api_connections: None,
             api_listed: None,
         };
         let open = handle(

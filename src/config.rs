@@ -8,6 +8,9 @@ use secrecy::{ExposeSecret as _, SecretString};
 
 use crate::{Error, Result};
 
+mod cidr;
+pub use cidr::TrustedProxies;
+
 /// Default listen address of the HTTP API.
 pub const DEFAULT_API_ADDR: &str = "0.0.0.0:8080";
 /// Default listen address of the metrics and probe listener.
@@ -106,6 +109,9 @@ pub struct Config {
     pub api_namespaces: Option<Vec<String>>,
     /// `MUTANT_API_MAX_CONNECTIONS`: the most connections the API listener keeps open.
     pub api_max_connections: usize,
+    /// `MUTANT_API_TRUSTED_PROXIES`: the proxies (comma-separated CIDRs) whose
+    /// `X-Forwarded-For` or `Forwarded` names a request's client; none when unset or empty.
+    pub api_trusted_proxies: TrustedProxies,
     /// `MUTANT_API_BUFFER_MIB`: the MiB of request bodies and answers the API holds at once,
     /// beyond 16 KiB each; a caller holds at most a quarter.
     pub api_buffer_mib: usize,
@@ -255,6 +261,11 @@ impl Config {
             65_536,
         )?)
         .unwrap_or(DEFAULT_API_MAX_CONNECTIONS);
+        let api_trusted_proxies = match text("MUTANT_API_TRUSTED_PROXIES")? {
+            None => TrustedProxies::default(),
+            Some(list) => TrustedProxies::parse(&list)
+                .map_err(|why| Error::config("MUTANT_API_TRUSTED_PROXIES", why))?,
+        };
         let api_buffer_mib = usize::try_from(whole(
             "MUTANT_API_BUFFER_MIB",
             DEFAULT_API_BUFFER_MIB as u64,
@@ -370,6 +381,7 @@ impl Config {
             watch_namespace,
             api_namespaces,
             api_max_connections,
+            api_trusted_proxies,
             api_buffer_mib,
             api_request_deadline,
             stale_after,

@@ -16,11 +16,13 @@
 //! - a client that leaves what it is sent untaken for [`ServerConfig::write_timeout`] once its
 //!   socket backs up is disconnected (`deadline.rs`);
 //! - a panicking handler answers 500 instead of dropping the connection;
-//! - at most [`ServerConfig::max_connections`] connections are open at once: at the cap an
-//!   idle one (of the address holding the most, never one younger than the head deadline) is
-//!   closed to make room, and a new one is refused (503 with `Retry-After` over plain HTTP)
-//!   only when none may be closed (`conns.rs`); one client address has at most half of them
-//!   busy at once, its next request answered 503 (`shares.rs`);
+//! - at most [`ServerConfig::max_connections`] connections are open at once, and a quarter of
+//!   them per client address: an address at its quarter loses its own idle connections, at
+//!   the cap an idle one of the address holding the most is closed to make room, and a new
+//!   one is refused (503 with `Retry-After` over plain HTTP) only when none may be closed
+//!   (`conns.rs`); one client address has at most a quarter busy at once, its next request
+//!   answered 503 (`shares.rs`). The client of a request is the connection's peer, or the
+//!   client a trusted proxy names (`forwarded.rs`);
 //! - the two listeners' caps together leave a reserve of the descriptors the process may open
 //!   for its own connections and files, lowered at start when they would not (`descriptors.rs`);
 //! - a failing `accept` (for example `EMFILE`) is logged and retried, never ends the loop;
@@ -43,7 +45,7 @@ use hyper_util::{
 use tokio::{net::TcpListener, task::JoinSet};
 use tracing::Instrument as _;
 
-use crate::{Result, shutdown::Shutdown};
+use crate::{Result, config::TrustedProxies, shutdown::Shutdown};
 
 mod body;
 mod budget;
@@ -51,14 +53,16 @@ mod conns;
 mod deadline;
 pub mod descriptors;
 mod error;
+mod forwarded;
 mod limits;
 pub mod overdue;
 mod response;
 mod shares;
 
-use conns::{EVICTION_WAIT, REFUSAL_LOG_EVERY, REFUSED_AT_CAP};
-pub use conns::{Open as Connections, Peer};
-pub use shares::Shares;
+use conns::{EVICTION_WAIT, REFUSAL_LOG_EVERY, REFUSED_AT_CAP, REFUSED_FOR_ADDRESS};
+pub use conns::{Open as Connections, share_of};
+pub use forwarded::Client;
+pub use shares::{InFlight, Shares};
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -168,14 +172,14 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    let open = connections(&config);
+    let open = connections(&config, TrustedProxies::default());
     serve_on(name, listener, config, tls, shutdown, open, handler).await
 }
 
-/// The open connections of a listener of `config`, for [`serve_on`]; whoever keeps a clone
-/// can ask whether the listener is [saturated](Connections::saturated).
-pub fn connections(config: &ServerConfig) -> Arc<Connections> {
-    Connections::new(config.max_connections, config.header_read_timeout)
+/// The open connections of a listener of `config`, for [`serve_on`], whose peers in
+/// `trusted` are proxies that name their clients.
+pub fn connections(config: &ServerConfig, trusted: TrustedProxies) -> Arc<Connections> {
+    Connections::new(config.max_connections, config.header_read_timeout, trusted)
 }
 
 /// [`serve`], keeping its connections in `open` (from [`connections`]).
@@ -213,8 +217,8 @@ where
         .keep_alive(config.keep_alive);
 
     let graceful = GracefulShutdown::new();
-    // R44: one address has at most half the connections busy at once.
-    let by_address = Shares::new(config.max_connections / 2);
+    // R44: one client address has at most a quarter of the connections busy at once.
+    let by_address = Shares::new(open.per_address());
     let (mut refused, mut last_refusal_log) = (0u64, None);
     let mut connections = JoinSet::new();
     let down = shutdown.wait();
@@ -260,6 +264,13 @@ where
                 }
                 (slot, id)
             }
+            conns::Admit::AddressFull => {
+                tracing::debug!(server = name, peer = %peer, "this address holds its share of the connections, none idle for a second: refused");
+                if acceptor.is_none() {
+                    let _ = stream.try_write(REFUSED_FOR_ADDRESS);
+                }
+                continue;
+            }
             conns::Admit::Full => {
                 refused += 1;
                 if last_refusal_log
@@ -269,7 +280,7 @@ where
                         server = name,
                         max_connections = config.max_connections,
                         refused,
-                        "at the connection cap with every connection busy: refusing new connections"
+                        "the listener is saturated: at the connection cap, and no connection may be closed for a new one; refusing new connections"
                     );
                     last_refusal_log = Some(tokio::time::Instant::now());
                 }
@@ -287,11 +298,12 @@ where
 
         let handler = handler.clone();
         let in_flight = slot.clone();
-        let by_address = by_address.clone();
+        let (by_address, clients) = (by_address.clone(), open.clone());
         let service = service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(Peer(peer));
+            let client = clients.client(peer.ip(), request.headers());
+            request.extensions_mut().insert(Client(client));
             let busy = in_flight.busy();
-            let entered = by_address.enter(peer.ip());
+            let entered = by_address.enter(client);
             let response = entered.is_some().then(|| call_guarded(&handler, request));
             let share = by_address.max();
             async move {

@@ -206,16 +206,29 @@ pub async fn run(config: Config) -> Result<()> {
         buffer_share: buffer_bytes / 4,
         ..ServerConfig::default()
     };
+    // R34: behind a trusted proxy a request is its forwarded client's, for shares, budgets
+    // and logs.
+    if config.api_trusted_proxies.is_empty() {
+        tracing::info!(
+            "MUTANT_API_TRUSTED_PROXIES unset: every API request is its connection's peer's"
+        );
+    } else {
+        tracing::info!(
+            trusted_proxies = %config.api_trusted_proxies,
+            "API requests from these proxies are their forwarded clients'"
+        );
+    }
+    let connections = http::connections(&server, config.api_trusted_proxies.clone());
     let state = Arc::new(ApiState {
         metrics: metrics.clone(),
         deadline: config.api_request_deadline,
         store,
+        connections,
         ..ApiState::new(client, caches.clone(), auth, server, served, pod_security)
     });
     let admin_state = Arc::new(AdminState {
         metrics,
         caches,
-        api_connections: Some(state.connections.clone()),
         api_listed: Some(api_listed),
     });
     let admin_task = tokio::spawn(admin::serve(

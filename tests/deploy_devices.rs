@@ -216,13 +216,45 @@ fn without_a_component_the_api_has_no_tls() {
 }
 
 /// traefik: one Ingress, on Traefik's websecure entrypoint with TLS from mutantops-api-tls,
-/// routing /api/ (only) to mutantops-api:http; nothing of deploy/ changes.
+/// routing /api/ (only) to mutantops-api:http; the operator trusts k3s' pod range, where
+/// Traefik's pods are, to name each request's client (R34); nothing else of deploy/ changes.
 #[test]
 #[ignore = "needs kubectl: scripts/test runs it (KUBECTL from scripts/cluster env)"]
 fn traefik_component() {
     let base = render("base-for-traefik", &[]);
     let docs = render("traefik", &["traefik"]);
-    let added = added(&base, &docs, &[]);
+    let added = added(&base, &docs, &["mutantops-operator"]);
+    let deployment = find(&docs, "Deployment", "mutantops-operator");
+    let original = operator_yml_deployment();
+    let container = operator_container(deployment);
+    let original_container = operator_container(&original);
+    let env = seq(&container["env"]);
+    let trusted: Vec<&Value> = env
+        .iter()
+        .filter(|e| e["name"].as_str() == Some("MUTANT_API_TRUSTED_PROXIES"))
+        .collect();
+    assert_eq!(trusted.len(), 1, "{env:?}");
+    assert_eq!(trusted[0]["value"].as_str(), Some("10.42.0.0/16"));
+    for entry in seq(&original_container["env"]) {
+        assert!(env.contains(entry), "env {entry:?} lost: {env:?}");
+    }
+    assert_eq!(env.len(), seq(&original_container["env"]).len() + 1);
+    let mut without_env = deployment.clone();
+    let mut original_without_env = original.clone();
+    for d in [&mut without_env, &mut original_without_env] {
+        let containers = d["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap();
+        for c in containers.iter_mut() {
+            if c["name"].as_str() == Some("operator") {
+                c.as_object_mut().unwrap().remove("env");
+            }
+        }
+    }
+    assert_eq!(
+        without_env, original_without_env,
+        "the Deployment changed beyond the operator's env"
+    );
     assert_eq!(added.len(), 1, "{added:?}");
     let ingress = added[0];
     assert_eq!(ingress["apiVersion"].as_str(), Some("networking.k8s.io/v1"));

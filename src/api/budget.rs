@@ -1,5 +1,6 @@
 //! Token buckets, one per key (a client address, a token), for what a request may cost the
-//! API server (R34).
+//! API server (R34); and the shares of the listener's connections a caller, and a Mutation
+//! with all its devices, may have busy at once (R44).
 //!
 //! A bucket holds up to `burst` tokens and refills at `per_second`; each costly request takes
 //! one. The keys are bounded too: at [`MAX_KEYS`] the full buckets (those of callers who have
@@ -10,12 +11,13 @@ use std::{
     collections::HashMap,
     hash::Hash,
     net::IpAddr,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use tokio::{sync::Semaphore, time::Instant};
 
 use super::auth::Caller;
+use crate::http::{self, Key, Shares};
 
 /// The most keys remembered at once.
 pub const MAX_KEYS: usize = 4096;
@@ -130,7 +132,8 @@ pub const WRITES_PER_TOKEN: Rate = Rate {
 /// Who a check of a miss is charged to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Asker {
-    /// A token this replica cannot check (yet): the client's address.
+    /// A token this replica cannot check (yet): the client's address (the connection's peer,
+    /// or the client a trusted proxy names).
     Peer(IpAddr),
     /// An authenticated caller (a name or label this replica does not show).
     Caller(Caller),
@@ -176,6 +179,70 @@ impl Default for Validations {
             at_once: Semaphore::new(VALIDATIONS),
             per_token: Buckets::new(VALIDATED_READS_PER_TOKEN),
         }
+    }
+}
+
+/// The requests in flight each caller (a token, a device, the admin) may have, and each
+/// Mutation, its token and all its devices together (R44): a quarter of the listener's
+/// connections each. So tokens minted from one enrollment key do not multiply what one
+/// Mutation can hold, and one device spending its share leaves its Mutation's others theirs.
+#[derive(Debug)]
+pub struct InFlight {
+    callers: Arc<Shares<Key>>,
+    mutations: Arc<Shares<Key>>,
+}
+
+/// A caller's request, counted in its shares until dropped ([`InFlight::enter`]).
+#[derive(Debug)]
+pub struct Flying {
+    _caller: http::InFlight<Key>,
+    _mutation: Option<http::InFlight<Key>>,
+}
+
+impl InFlight {
+    /// The shares of a listener of `max_connections`.
+    pub fn new(max_connections: usize) -> Self {
+        let share = http::share_of(max_connections);
+        InFlight {
+            callers: Shares::new(share),
+            mutations: Shares::new(share),
+        }
+    }
+
+    /// Counts a request of `caller` in its own share and its Mutation's until the guard is
+    /// dropped; the answer's message (503) when either is full, saying which.
+    pub fn enter(&self, caller: &Caller) -> Result<Flying, String> {
+        let Some(own) = self.callers.enter(caller.budget_key()) else {
+            let who = match caller {
+                Caller::Device { .. } => "device",
+                Caller::Admin | Caller::Mutation { .. } => "token",
+            };
+            return Err(format!(
+                "this {who} has {} requests in flight, its share of this replica's \
+                 connections; retry in a second",
+                self.callers.max()
+            ));
+        };
+        let mutation = match caller {
+            Caller::Admin => None,
+            Caller::Mutation { namespace, name }
+            | Caller::Device {
+                namespace, name, ..
+            } => {
+                let key = format!("mutation {namespace}/{name}").into();
+                Some(self.mutations.enter(key).ok_or_else(|| {
+                    format!(
+                        "Mutation {name:?} has {} requests in flight, its token's and its \
+                         devices' share of this replica's connections; retry in a second",
+                        self.mutations.max()
+                    )
+                })?)
+            }
+        };
+        Ok(Flying {
+            _caller: own,
+            _mutation: mutation,
+        })
     }
 }
 
@@ -235,5 +302,53 @@ mod tests {
         assert_eq!((3..10).map(|i| granted(&peer(i))).sum::<usize>(), 5);
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(granted(&peer(1)), 2);
+    }
+
+    // R44: a device's requests count against its own share and its Mutation's: devices
+    // minted from one enrollment key hold the Mutation's quarter together, not a quarter
+    // each; another Mutation's devices and the admin keep theirs.
+    #[test]
+    fn a_mutation_and_all_its_devices_share_a_quarter() {
+        let shares = InFlight::new(16);
+        let device = |mutation: &str, id: &str| Caller::Device {
+            namespace: "ns".into(),
+            name: mutation.into(),
+            id: id.into(),
+            variant: "v".into(),
+        };
+        let key = Caller::Mutation {
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        // One device: its own share is four.
+        let one: Vec<_> = (0..4).map(|_| shares.enter(&device("web", "a"))).collect();
+        assert!(one.iter().all(Result::is_ok));
+        let refused = shares.enter(&device("web", "a")).unwrap_err();
+        assert!(
+            refused.contains("this device has 4 requests in flight"),
+            "{refused}"
+        );
+        drop(one);
+        // Four devices of one Mutation, and its key: four in flight in all.
+        let held: Vec<_> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|id| shares.enter(&device("web", id)))
+            .collect();
+        assert!(held.iter().all(Result::is_ok));
+        for caller in [device("web", "e"), key.clone()] {
+            let refused = shares.enter(&caller).unwrap_err();
+            assert!(
+                refused.contains("Mutation \"web\" has 4 requests in flight"),
+                "{refused}"
+            );
+        }
+        // Another Mutation's device, and the admin, are not held to it.
+        assert!(shares.enter(&device("other", "a")).is_ok());
+        assert!(shares.enter(&Caller::Admin).is_ok());
+        // A refusal by the Mutation's share leaves nothing counted for the device.
+        drop(held);
+        let again: Vec<_> = (0..4).map(|_| shares.enter(&device("web", "e"))).collect();
+        assert!(again.iter().all(Result::is_ok));
+        assert!(shares.enter(&key).is_err());
     }
 }

@@ -6,13 +6,14 @@
 //!
 //! This file holds the request's way through the API: [`handle`] puts one deadline over it and
 //! holds its answer within the caller's share; `dispatch` resolves the route, the caches'
-//! readiness, the namespace, the caller, its share of requests in flight, its rights, the
-//! heartbeat, the budgets and the body limit, then calls the handler; [`serve`] runs the
-//! listener. The rooms, lowest first (each uses only those before it; checked by
-//! tests/layers.rs, and CONTRIBUTING.md's layout names each): `routes` the one table of
-//! routes, `placement` and `json` the wire shapes, `auth` who calls, `budget` what a caller
-//! may cost the API server, `error` the handlers' result, `heartbeats` what this replica heard
-//! from devices, `namespaces` which namespaces are served, `state` what handlers share,
+//! readiness, the namespace, the caller, its and its Mutation's shares of requests in flight,
+//! its rights, the heartbeat, the budgets and the body limit, then calls the handler;
+//! [`serve`] runs the listener. The rooms, lowest first (each uses only those before it;
+//! checked by tests/layers.rs, and CONTRIBUTING.md's layout names each): `routes` the one
+//! table of routes, `placement` and `json` the wire shapes, `auth` who calls, `budget` what a
+//! caller may cost the API server and its shares of the connections, `error` the handlers'
+//! result, `heartbeats` what this replica heard from devices, `namespaces` which namespaces
+//! are served, `state` what handlers share,
 //! `body` reading request bodies, `check` the checks with the API server before a write,
 //! `fresh` the reads and waits on the cache (across replicas too), `registry` a Mutation's
 //! devices Secret and status list, `liveness` which heartbeats are written, `request` the
@@ -58,10 +59,12 @@ pub use state::ApiState;
 pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<http::Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    // Whose share the answer holds: the caller's once known, else the client's address.
-    let mut key = req.extensions().get::<http::Peer>().map_or_else(
+    // Whose share the answer holds: the caller's once known, else the client's address (the
+    // peer's, or the one a trusted proxy names).
+    let client = req.extensions().get::<http::Client>().map(|c| c.0);
+    let mut key = client.map_or_else(
         || http::Key::from("unknown client"),
-        |peer| http::Key::from(format!("address {}", peer.0.ip())),
+        |ip| http::Key::from(format!("address {ip}")),
     );
     // R34: one deadline over the whole request, every API-server call included.
     // The handler's future is large (every route's state): boxed, it is moved as a pointer
@@ -85,10 +88,11 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<ht
         .response()
     });
     let status = response.status().as_u16();
+    let client = client.map(tracing::field::display);
     if response.status().is_server_error() {
-        tracing::warn!(%method, %path, status, "api request failed");
+        tracing::warn!(%method, %path, status, client, "api request failed");
     } else {
-        tracing::debug!(%method, %path, status, "api request");
+        tracing::debug!(%method, %path, status, client, "api request");
     }
     response
 }
@@ -103,16 +107,14 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     let mut ctx = Ctx::new(state, route, params)?;
     request::ready(state)?;
     ctx.served_by(state)?;
-    let peer = req.extensions().get::<http::Peer>();
-    let caller = request::authenticate(state, &mut ctx, req.headers(), peer).await?;
+    let client = req.extensions().get::<http::Client>().map(|c| c.0);
+    let caller = request::authenticate(state, &mut ctx, req.headers(), client).await?;
     *key = caller.budget_key();
-    // R44: a caller has at most its share of the connections busy.
-    let Some(_in_flight) = state.in_flight.enter(caller.budget_key()) else {
-        return Ok(http::at_share(format!(
-            "this token has {} requests in flight, its share of this replica's connections; \
-             retry in a second",
-            state.in_flight.max()
-        )));
+    // R44: a caller, and its Mutation with all its devices, have at most their shares of the
+    // connections busy.
+    let _in_flight = match state.in_flight.enter(&caller) {
+        Ok(flying) => flying,
+        Err(message) => return Ok(http::at_share(message)),
     };
     request::admit(state, &ctx, &caller)?;
     request::heard(state, &ctx, &caller, req.method(), req.headers())?;

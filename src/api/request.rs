@@ -22,7 +22,6 @@ use super::{
 use crate::{
     cache::Serving,
     crd::Mutation,
-    http,
     variant::{
         access::DeviceLimits, devices::validate_device_id, parsed::Parsed, validate_label,
         validate_name,
@@ -146,12 +145,13 @@ pub fn ready(state: &ApiState) -> Result<(), ApiError> {
 /// Who calls (401 for no one known). A token this replica cannot check may belong to a
 /// Mutation made through another replica: checked once with the API server (fresh.rs), then
 /// against the cache again. Only a token of a Mutation token's shape, in a served namespace,
-/// is worth that check, charged to the client's address (R34).
+/// is worth that check, charged to the client's address (the peer's, or the one a trusted
+/// proxy names: R34).
 pub async fn authenticate(
     state: &ApiState,
     ctx: &mut Ctx<'_>,
     headers: &HeaderMap,
-    peer: Option<&http::Peer>,
+    client: Option<std::net::IpAddr>,
 ) -> Result<Caller, ApiError> {
     let caller = state
         .auth
@@ -165,10 +165,7 @@ pub async fn authenticate(
     let Some(name) = ctx.name else {
         return Err(ApiError::unauthorized());
     };
-    let ip = peer.map_or(
-        std::net::IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED),
-        |p| p.0.ip(),
-    );
+    let ip = client.unwrap_or(std::net::IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED));
     let asker = budget::Asker::Peer(ip);
     if !fresh::refresh(state, &asker, ctx.ns, name, fresh::Need::Secret).await {
         return Err(ApiError::unauthorized());

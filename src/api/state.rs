@@ -7,12 +7,12 @@ use kube::Client;
 
 use super::{
     auth::{Auth, Caller},
-    budget::{Buckets, MissChecks, Validations, WRITES_PER_DEVICE, WRITES_PER_TOKEN},
+    budget::{Buckets, InFlight, MissChecks, Validations, WRITES_PER_DEVICE, WRITES_PER_TOKEN},
     error::ApiError,
     heartbeats::Heartbeats,
     namespaces::{Served, Serves},
 };
-use crate::{cache::Caches, http::ServerConfig, store::Store};
+use crate::{cache::Caches, config::TrustedProxies, http::ServerConfig, store::Store};
 
 /// What every handler needs.
 pub struct ApiState {
@@ -44,10 +44,10 @@ pub struct ApiState {
     pub token_writes: Buckets<Caller>,
     /// The bytes of bodies and answers this replica holds for its callers (R44).
     pub buffers: Arc<crate::http::Budget>,
-    /// The requests each caller has in flight: at most a quarter of the connections
-    /// (R44).
-    pub in_flight: Arc<crate::http::Shares<crate::http::Key>>,
-    /// The listener's connections, whose saturation `/readyz` reports.
+    /// The requests each caller, and each Mutation with all its devices, has in flight: at
+    /// most a quarter of the connections each (R44).
+    pub in_flight: InFlight,
+    /// The listener's connections, and the proxies it trusts to name their clients.
     pub connections: Arc<crate::http::Connections>,
     /// The operator's metrics (polls answered `ready: false`, R42).
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -83,8 +83,8 @@ impl ApiState {
             device_writes: Buckets::new(WRITES_PER_DEVICE),
             token_writes: Buckets::new(WRITES_PER_TOKEN),
             buffers: crate::http::Budget::new(server.buffer_bytes, server.buffer_share),
-            in_flight: crate::http::Shares::new(server.max_connections / 4),
-            connections: crate::http::connections(&server),
+            in_flight: InFlight::new(server.max_connections),
+            connections: crate::http::connections(&server, TrustedProxies::default()),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             deadline: std::time::Duration::from_secs(
                 crate::config::DEFAULT_API_REQUEST_DEADLINE_SECONDS,

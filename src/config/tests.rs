@@ -295,3 +295,28 @@ fn pod_service_account() {
         .to_string();
     assert!(e.contains("POD_SERVICE_ACCOUNT"), "{e}");
 }
+
+// R34: MUTANT_API_TRUSTED_PROXIES trusts no proxy unless set; a list of ranges parses, and a
+// malformed entry or a range of every address stops the start with the variable's name.
+#[test]
+fn trusted_proxies() {
+    assert!(config(&[]).unwrap().api_trusted_proxies.is_empty());
+    assert!(
+        config(&[("MUTANT_API_TRUSTED_PROXIES", "")])
+            .unwrap()
+            .api_trusted_proxies
+            .is_empty()
+    );
+    let c = config(&[("MUTANT_API_TRUSTED_PROXIES", "10.42.0.0/16, 127.0.0.7")]).unwrap();
+    assert_eq!(
+        c.api_trusted_proxies.to_string(),
+        "10.42.0.0/16,127.0.0.7/32"
+    );
+    for bad in ["10.42.0.0/33", "traefik", "0.0.0.0/0"] {
+        let e = config(&[("MUTANT_API_TRUSTED_PROXIES", bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MUTANT_API_TRUSTED_PROXIES"), "{e}");
+        assert!(e.contains(bad), "{e}");
+    }
+}

@@ -1,43 +1,66 @@
-//! The open connections of one listener, and its cap (R34).
+//! The open connections of one listener, and its caps (R34, R44).
 //!
-//! Every accepted connection takes a slot; at [`ServerConfig::max_connections`] the next one
-//! is let in only by closing an idle connection (no request in flight: a keep-alive between
-//! requests, or a client that has not sent a whole request head yet) (R44): one
-//! of an address that holds more than half of the slots, however young; else one of the
-//! client address that holds the most idle connections, the one idle longest of those. A
-//! connection younger than [`ServerConfig::header_read_timeout`] of an address within its
-//! half is never closed for another: a board in a slow TLS handshake, or sending its first
-//! request, keeps its connection however fast somebody else opens theirs. When no open
-//! connection may be closed, the new one is refused, and the listener says it is
-//! [saturated](Open::saturated).
+//! Every accepted connection takes a slot. One client address holds at most a quarter of
+//! them ([`Open::per_address`], at least one): a new connection of an address at its cap
+//! closes that address's own longest idle connection (no request in flight: a keep-alive
+//! between requests, or a client that has not sent a whole request head yet) once it has
+//! been idle a second, however young, and is refused (503) when none has, rather than anyone
+//! else's being closed. A trusted proxy
+//! (`MUTANT_API_TRUSTED_PROXIES`) speaks for many clients and is held only to the listener's
+//! cap; its requests are told apart by the client it names (`forwarded.rs`).
+//!
+//! At [`ServerConfig::max_connections`] the next connection is let in only by closing an idle
+//! one of another address, levelling what addresses hold: one of an address holding at least
+//! two more than the newcomer's, however young (a host that reopens its connections every few
+//! seconds cannot keep a new board out); or, older than
+//! [`ServerConfig::header_read_timeout`], one of an address holding more than the newcomer's.
+//! Of those, the address holding the most loses its longest idle connection. A connection of
+//! an address holding no more than the newcomer's is never closed for it, nor a young one of
+//! an address holding one more: a board in a slow TLS handshake, or sending its first
+//! request, keeps its connection however fast somebody else opens theirs. Failing those, the
+//! newcomer's own address loses its longest idle connection (idle a second); failing that,
+//! the new connection is refused, and the loop says in its log that the listener is
+//! saturated.
 //! Idle connections are also closed after [`ServerConfig::header_read_timeout`] by hyper
-//! itself. So a client that opens connections and sends nothing can hold at most the cap, and
-//! only until somebody else connects: the process keeps its file descriptors for its own calls
-//! to the API server, and its metrics and probes have a listener and a cap of their own.
+//! itself. So a client that opens connections and sends nothing holds at most its quarter,
+//! and only until somebody else needs room: the process keeps its file descriptors for its own
+//! calls to the API server, and its metrics and probes have a listener and a cap of their own.
 //!
 //! [`ServerConfig::max_connections`]: super::ServerConfig::max_connections
 //! [`ServerConfig::header_read_timeout`]: super::ServerConfig::header_read_timeout
 
 use std::{
+    cmp::Reverse,
     collections::HashMap,
-    net::{IpAddr, SocketAddr},
+    net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
 use tokio::{sync::Notify, time::Instant};
 
-/// The client address of a request, in every request's extensions (set by `http::serve`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Peer(pub SocketAddr);
+use super::forwarded;
+use crate::config::TrustedProxies;
 
 /// What a plain-HTTP connection refused at the cap is told before it is closed.
 pub(super) const REFUSED_AT_CAP: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
 Content-Type: application/json\r\nContent-Length: 52\r\nConnection: close\r\n\r\n\
 {\"error\":\"too many connections; retry in a second\"}\n";
 
+/// What a plain-HTTP connection refused for its address's cap is told before it is closed.
+pub(super) const REFUSED_FOR_ADDRESS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Retry-After: 1\r\nContent-Type: application/json\r\nContent-Length: 78\r\n\
+Connection: close\r\n\r\n\
+{\"error\":\"this address has its share of connections open; retry in a second\"}\n";
+
 /// How long the loop waits for a connection closed to make room to be gone.
 pub(super) const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a connection of an address at its cap must have been idle before the address's
+/// next connection closes it: a client's next request may be on its way in a fresher one
+/// (a burst of requests, each on a connection of its own), and is then refused, with a 503
+/// it can retry, rather than cut off without an answer. At most the head deadline.
+const ARRIVING: Duration = Duration::from_secs(1);
 
 /// How often refusals at the connection cap are logged, at most.
 pub(super) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -135,7 +158,9 @@ pub(super) enum Admit {
         id: u64,
         evicted: Option<Arc<Slot>>,
     },
-    /// At the cap, and every connection has a request in flight.
+    /// Its address holds its share of the connections, none of them idle for a second.
+    AddressFull,
+    /// At the cap, and no open connection may be closed for it.
     Full,
 }
 
@@ -143,67 +168,104 @@ pub(super) enum Admit {
 #[derive(Debug)]
 pub struct Open {
     max: usize,
-    /// How young a connection is never closed for another.
+    /// The most connections one client address holds (a trusted proxy's excepted).
+    per_address: usize,
+    /// How young a connection is never closed for an address holding one fewer.
     protect: Duration,
+    /// How long a connection is idle before its own address's next may close it.
+    arriving: Duration,
+    /// The proxies whose word is taken for the client's address.
+    trusted: TrustedProxies,
     slots: Mutex<(u64, HashMap<u64, Arc<Slot>>)>,
 }
 
 impl Open {
-    /// At most `max` connections (at least one); none younger than `protect` closed to make
-    /// room.
-    pub fn new(max: usize, protect: Duration) -> Arc<Self> {
+    /// At most `max` connections (at least one), a quarter of them (at least one) per client
+    /// address but those in `trusted`; none younger than `protect` closed for an address
+    /// holding one fewer.
+    pub fn new(max: usize, protect: Duration, trusted: TrustedProxies) -> Arc<Self> {
+        let max = max.max(1);
         Arc::new(Open {
-            max: max.max(1),
+            max,
+            per_address: share_of(max),
             protect,
+            arriving: ARRIVING.min(protect),
+            trusted,
             slots: Mutex::new((0, HashMap::new())),
         })
     }
 
-    /// The connection to close for a new one, if any may be. An address that holds more than
-    /// half of the slots loses its longest idle connection first, however young (a host that
-    /// opens connections as fast as it can); otherwise, of the connections older than
-    /// `protect`, the longest idle one of the address holding the most of them.
-    fn victim(&self, slots: &HashMap<u64, Arc<Slot>>) -> Option<u64> {
+    /// The most connections one client address holds, and the most requests it has in
+    /// flight (R44).
+    pub fn per_address(&self) -> usize {
+        self.per_address
+    }
+
+    /// Whom a request from `peer` with `headers` is from: `peer`, or the client a trusted
+    /// proxy names (`forwarded.rs`).
+    pub fn client(&self, peer: IpAddr, headers: &hyper::HeaderMap) -> IpAddr {
+        forwarded::client(peer, headers, &self.trusted)
+    }
+
+    /// The idle connection to close for a new one from `addr` at the cap, if any may be:
+    /// another address's, levelling what addresses hold (see the module's doc), else one of
+    /// `addr`'s own.
+    fn victim(&self, slots: &HashMap<u64, Arc<Slot>>, addr: IpAddr) -> Option<u64> {
         let now = Instant::now();
         let mut held: HashMap<IpAddr, usize> = HashMap::new();
         for slot in slots.values() {
             *held.entry(slot.addr).or_default() += 1;
         }
-        let share = self.max / 2;
-        // Per address: how many may be closed, and its longest idle one.
-        let mut by_addr: HashMap<IpAddr, (usize, Instant, u64)> = HashMap::new();
-        for (id, slot) in slots {
-            let greedy = held.get(&slot.addr).is_some_and(|&n| n > share);
-            if !greedy && now.duration_since(slot.opened) < self.protect {
+        let mine = held.get(&addr).copied().unwrap_or(0);
+        // The most held first, then the longest idle.
+        let mut theirs: Option<(usize, Reverse<(Instant, u64)>)> = None;
+        for (&id, slot) in slots {
+            if slot.addr == addr {
                 continue;
             }
             let Some(since) = slot.idle_since() else {
                 continue;
             };
-            let entry = by_addr.entry(slot.addr).or_insert((0, since, *id));
-            entry.0 += 1;
-            if (since, *id) < (entry.1, entry.2) {
-                (entry.1, entry.2) = (since, *id);
+            let holds = held.get(&slot.addr).copied().unwrap_or(0);
+            let old = now.duration_since(slot.opened) >= self.protect;
+            if holds >= mine + 2 || (old && holds > mine) {
+                theirs = theirs.max(Some((holds, Reverse((since, id)))));
             }
         }
-        by_addr
-            .into_iter()
-            .max_by(|(a_addr, a), (b_addr, b)| {
-                let greedy = |addr: &IpAddr| held.get(addr).is_some_and(|&n| n > share);
-                greedy(a_addr)
-                    .cmp(&greedy(b_addr))
-                    .then(a.0.cmp(&b.0))
-                    .then(b.1.cmp(&a.1))
-            })
-            .map(|(_, (_, _, id))| id)
+        theirs
+            .map(|(_, Reverse((_, id)))| id)
+            .or_else(|| self.own_idle(slots, addr))
     }
 
-    /// Takes a slot for a new connection from `addr`, closing an idle one if at the cap.
+    /// `addr`'s longest idle connection, if one has been idle [`ARRIVING`] or longer.
+    fn own_idle(&self, slots: &HashMap<u64, Arc<Slot>>, addr: IpAddr) -> Option<u64> {
+        let now = Instant::now();
+        slots
+            .iter()
+            .filter(|(_, slot)| slot.addr == addr)
+            .filter_map(|(&id, slot)| slot.idle_since().map(|since| (since, id)))
+            .filter(|(since, _)| now.duration_since(*since) >= self.arriving)
+            .min()
+            .map(|(_, id)| id)
+    }
+
+    /// Takes a slot for a new connection from `addr`, closing an idle one if `addr` is at its
+    /// cap or the listener at its own.
     pub(super) fn admit(&self, addr: IpAddr) -> Admit {
+        let addr = addr.to_canonical();
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let mut evicted = None;
-        if slots.1.len() >= self.max {
-            let Some(id) = self.victim(&slots.1).filter(|id| slots.1[id].evict()) else {
+        let held = slots.1.values().filter(|slot| slot.addr == addr).count();
+        if held >= self.per_address && !self.trusted.trusts(addr) {
+            let Some(id) = self
+                .own_idle(&slots.1, addr)
+                .filter(|id| slots.1[id].evict())
+            else {
+                return Admit::AddressFull;
+            };
+            evicted = slots.1.remove(&id);
+        } else if slots.1.len() >= self.max {
+            let Some(id) = self.victim(&slots.1, addr).filter(|id| slots.1[id].evict()) else {
                 return Admit::Full;
             };
             // Its task ends at once; its slot is free from now on.
@@ -214,13 +276,6 @@ impl Open {
         let slot = Arc::new(Slot::new(addr));
         slots.1.insert(id, slot.clone());
         Admit::Yes { slot, id, evicted }
-    }
-
-    /// Whether a new connection would be refused now: at the cap, and no open connection may
-    /// be closed for it (all busy, or too young). `/readyz` reports it (R34).
-    pub fn saturated(&self) -> bool {
-        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots.1.len() >= self.max && self.victim(&slots.1).is_none()
     }
 
     /// Frees the slot of a connection that has ended.
@@ -243,6 +298,11 @@ impl Open {
     }
 }
 
+/// One client's share of a listener of `max` connections (R44): a quarter, at least one.
+pub fn share_of(max: usize) -> usize {
+    (max / 4).max(1)
+}
+
 /// Frees a connection's slot when its task ends, however it ends (after its socket is
 /// closed: declared after it in the task), and tells whoever waits for that.
 pub(super) struct Leave(pub(super) Arc<Open>, pub(super) u64, pub(super) Arc<Slot>);
@@ -255,97 +315,4 @@ impl Drop for Leave {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HOME: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-
-    fn admitted(open: &Open) -> (Arc<Slot>, u64, bool) {
-        admitted_from(open, HOME)
-    }
-
-    fn admitted_from(open: &Open, addr: IpAddr) -> (Arc<Slot>, u64, bool) {
-        match open.admit(addr) {
-            Admit::Yes { slot, id, evicted } => (slot, id, evicted.is_some()),
-            Admit::Full => panic!("refused"),
-        }
-    }
-
-    // R34: at the cap the longest idle connection makes room; busy ones never do;
-    // when all are busy the new one is refused.
-    #[tokio::test(start_paused = true)]
-    async fn the_longest_idle_connection_makes_room() {
-        let open = Open::new(3, Duration::ZERO);
-        let (a, _, _) = admitted(&open);
-        tokio::time::advance(std::time::Duration::from_secs(1)).await;
-        let (b, _, _) = admitted(&open);
-        let (c, _, _) = admitted(&open);
-        let busy_a = a.busy();
-        // a is busy: b is the longest idle.
-        let (d, _, evicted) = admitted(&open);
-        assert!(evicted);
-        assert_eq!(open.len(), 3);
-        tokio::time::timeout(std::time::Duration::from_secs(1), b.evicted())
-            .await
-            .unwrap_or_else(|_| panic!("b must be told to close"));
-        let (busy_c, busy_d) = (c.busy(), d.busy());
-        assert!(matches!(open.admit(HOME), Admit::Full));
-        // A request that ends makes its connection idle again, and so evictable.
-        drop(busy_a);
-        let (e, _, evicted) = admitted(&open);
-        assert!(evicted);
-        let busy_e = e.busy();
-        assert!(matches!(open.admit(HOME), Admit::Full));
-        drop((busy_c, busy_d, busy_e));
-    }
-
-    #[tokio::test]
-    async fn a_connection_that_ends_frees_its_slot() {
-        let open = Open::new(1, Duration::ZERO);
-        let (slot, id, _) = admitted(&open);
-        drop(Leave(open.clone(), id, slot.clone()));
-        tokio::time::timeout(std::time::Duration::from_secs(1), slot.gone())
-            .await
-            .unwrap_or_else(|_| panic!("the end of the connection is told"));
-        assert_eq!(open.len(), 0);
-        let (_, _, evicted) = admitted(&open);
-        assert!(!evicted);
-    }
-
-    // R44: a connection younger than the head deadline is never closed for
-    // another, unless its address holds more than half of the slots; of the rest, the
-    // address holding the most idle connections loses first.
-    #[tokio::test(start_paused = true)]
-    async fn young_connections_stay_and_the_greediest_address_loses() {
-        let ip = |n| IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 1, n));
-        let (board, host) = (ip(50), ip(66));
-        let open = Open::new(4, Duration::from_secs(5));
-        // The board's connection is the oldest: at a plain "longest idle" cap it lost first.
-        let (board_slot, _, _) = admitted_from(&open, board);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let flood: Vec<_> = (0..3).map(|_| admitted_from(&open, host)).collect();
-        // The host holds three of four slots: one of its own makes room, young as it is.
-        let (_, _, evicted) = admitted_from(&open, host);
-        assert!(evicted);
-        let closed = flood
-            .iter()
-            .filter(|(slot, _, _)| slot.lock().evicted)
-            .count();
-        assert_eq!(closed, 1);
-        tokio::time::timeout(Duration::from_millis(10), board_slot.evicted())
-            .await
-            .expect_err("the board's connection must stay");
-
-        // Four addresses with one young connection each: nobody may be closed, the listener
-        // is saturated until they are older than 5 s.
-        let open = Open::new(4, Duration::from_secs(5));
-        let each: Vec<_> = (1..=4).map(|n| admitted_from(&open, ip(n))).collect();
-        assert!(matches!(open.admit(ip(9)), Admit::Full));
-        assert!(open.saturated());
-        tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(!open.saturated());
-        let (_, _, evicted) = admitted_from(&open, ip(9));
-        assert!(evicted);
-        drop(each);
-    }
-}
+mod tests;

@@ -1,5 +1,6 @@
 //! Shares of a listener's busy connections (R44, R34): how many requests one
-//! key (a client address in the server loop, a token in the API) may have in flight at once.
+//! key (a client address in the server loop; a caller, and a Mutation with all its devices, in
+//! the API) may have in flight at once.
 //! One more is answered 503 at once, so a client that keeps its requests busy (a body sent a
 //! byte a second) holds at most its share of the connections, never all of them.
 

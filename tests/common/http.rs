@@ -148,6 +148,12 @@ impl<'a> Request<'a> {
     pub async fn send(&self, port: u16) -> Reply {
         send_raw(port, &self.bytes(port)).await
     }
+
+    /// [`Request::send`] from loopback address `source` (127.0.0.x), as another client
+    /// machine would.
+    pub async fn send_from(&self, source: std::net::Ipv4Addr, port: u16) -> Reply {
+        send_raw_from(source, port, &self.bytes(port)).await
+    }
 }
 
 /// Sends raw bytes and parses the (first) response.

@@ -99,7 +99,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "report",
         ],
     ),
-    ("config", &[]),
+    ("config", &["cidr"]),
     ("connect", &["depth", "tls", "health"]),
     (
         "http",
@@ -109,6 +109,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
             "limits",
             "deadline",
             "shares",
+            "forwarded",
             "conns",
             "budget",
             "body",

@@ -1,12 +1,13 @@
 //! R34: clients that open connections and send nothing. The operator runs
 //! with 128 file descriptors (as a container's limit would have it) and a cap of 32 API
-//! connections, while a client keeps 300 connections open, opening a new one whenever one is
-//! closed: 400 such connections used to leave the process without descriptors (accept failed
+//! connections, while clients on twenty machines keep 300 connections open, opening a new one
+//! whenever one is closed: 400 such connections used to leave the process without descriptors (accept failed
 //! with "Too many open files", admin requests got no answer). With the cap, the admin is
 //! answered, the operator's own calls to the API server go on (a Mutation created through the
 //! API gets its Deployment), and the probes answer.
 
 use std::{
+    net::Ipv4Addr,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -14,18 +15,28 @@ use std::{
     time::Duration,
 };
 
-use tokio::{io::AsyncReadExt, net::TcpStream};
+use tokio::io::AsyncReadExt;
 
 use super::*;
 
-/// Keeps `count` idle connections to `port` open until `stop`, replacing each one the server
-/// closes; counts the connections opened.
-fn idle_flood(port: u16, count: usize, stop: Arc<AtomicBool>, opened: Arc<AtomicUsize>) {
-    for _ in 0..count {
+/// Keeps `count` idle connections to `port` open until `stop`, from `machines` (each holding
+/// at most its quarter of the connections: R44), replacing each one the server closes a
+/// moment later; counts the connections opened.
+fn idle_flood(
+    port: u16,
+    count: usize,
+    machines: &[Ipv4Addr],
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicUsize>,
+) {
+    for i in 0..count {
         let (stop, opened) = (stop.clone(), opened.clone());
+        let source = machines[i % machines.len()];
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind((source, 0).into()).unwrap();
+                let Ok(mut stream) = socket.connect(([127, 0, 0, 1], port).into()).await else {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
@@ -33,9 +44,15 @@ fn idle_flood(port: u16, count: usize, stop: Arc<AtomicBool>, opened: Arc<Atomic
                 // Nothing is sent; wait until the server closes the connection (or the end).
                 let mut buf = [0u8; 256];
                 let _ = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut buf)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
     }
+}
+
+/// Loopback addresses 127.0.0.`n` for each `n` of `range`: machines of their own.
+fn machines(range: std::ops::Range<u8>) -> Vec<Ipv4Addr> {
+    range.map(|n| Ipv4Addr::new(127, 0, 0, n)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,7 +74,7 @@ async fn idle_connections_cannot_take_the_operators_descriptors() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(AtomicUsize::new(0));
-    idle_flood(api, 300, stop.clone(), opened.clone());
+    idle_flood(api, 300, &machines(10..30), stop.clone(), opened.clone());
     wait_for("300 idle connections", CONVERGE, || async {
         let n = opened.load(Ordering::Relaxed);
         (n >= 300).then_some(()).ok_or(n)
@@ -114,8 +131,17 @@ async fn the_default_caps_fit_a_small_descriptor_limit() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let (to_api, to_metrics) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    idle_flood(api, 400, stop.clone(), to_api.clone());
-    idle_flood(metrics, 100, stop.clone(), to_metrics.clone());
+    // The API's 56 connections from twenty machines; the metrics listener's 8 from four, who
+    // fill it (two each, a quarter): more machines than a listener has connections would each
+    // hold one and leave no newcomer room, whoever it is.
+    idle_flood(api, 400, &machines(10..30), stop.clone(), to_api.clone());
+    idle_flood(
+        metrics,
+        100,
+        &machines(30..34),
+        stop.clone(),
+        to_metrics.clone(),
+    );
     wait_for("400 and 100 idle connections", CONVERGE, || async {
         let (a, m) = (
             to_api.load(Ordering::Relaxed),

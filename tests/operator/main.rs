@@ -33,6 +33,7 @@ mod devices_liveness;
 mod editors;
 mod enroll_burst;
 mod examples;
+mod fairness;
 mod handover;
 mod invalid;
 mod kubectl;

@@ -1,11 +1,11 @@
 //! R44, R34: what one token can make a replica hold is bounded by design. The
 //! operator runs in a memory cgroup of deploy/'s limit (64 MiB) with its defaults (256
 //! connections, 8 MiB of buffered bodies and answers, a quarter per caller), while one
-//! Mutation's token, the one every board of a fleet holds, keeps 200 connections busy with
-//! the ways of holding memory: bodies as large as the listener used to accept (1 MB) or as a
-//! token may now send (190 kB), sent all but one byte and left there; chunked bodies sent
-//! without end; and requests for a large answer (its Mutation, whose base is about 300 KiB)
-//! that are never read. Those used to hold about 60 MB of bodies alone, and the kernel killed
+//! Mutation's token, the one every board of a fleet holds, keeps 200 connections (from four
+//! addresses, each within its quarter) busy with the ways of holding memory: bodies as large
+//! as the listener used to accept (1 MB) or as a token may now send (190 kB), sent all but one
+//! byte and left there; chunked bodies sent without end; and requests for a large answer (its
+//! Mutation, whose base is about 300 KiB) that are never read. Those used to hold about 60 MB of bodies alone, and the kernel killed
 //! the process (checked: "Memory cgroup out of memory: Killed process (mutantops)"). Now the
 //! process lives, never reaches its limit, and still answers: the admin, a small change sent
 //! with the same token, and the probes.
@@ -42,9 +42,12 @@ fn head(method: &str, path: &str, token: &str, headers: &str) -> String {
     )
 }
 
-/// Opens a connection and sends `bytes`; the connection is kept (returned) whatever happens.
-async fn send(port: u16, bytes: &[u8]) -> Option<TcpStream> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+/// Opens a connection from `source` and sends `bytes`; the connection is kept (returned)
+/// whatever happens.
+async fn send(source: std::net::Ipv4Addr, port: u16, bytes: &[u8]) -> Option<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket.bind((source, 0).into()).ok()?;
+    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.ok()?;
     // A refused body is answered and the connection closed: that is fine, the test goes on.
     let _ = stream.write_all(bytes).await;
     Some(stream)
@@ -131,7 +134,10 @@ async fn one_token_cannot_exhaust_a_replicas_memory() {
                 // A large answer, never read.
                 _ => head("GET", &prefix, &token, "").into_bytes(),
             };
-            if let Some(stream) = send(port, &request).await {
+            // The token's holder on four machines of its own, each within its quarter of the
+            // connections (R44): 200 connections in all, beside the admin's and the board's.
+            let source = std::net::Ipv4Addr::new(127, 0, 0, 2 + (i / 50) as u8);
+            if let Some(stream) = send(source, port, &request).await {
                 held.lock().await.push(stream);
             }
         }));
