@@ -100,8 +100,12 @@ pub(crate) fn initial_variants(i: usize) -> Vec<Variant> {
 pub(crate) async fn create_owner(ctx: &Ctx, kind: Kind, name: &str, i: usize) -> OwnerInfo {
     let base_name = format!("{name}-app");
     let variants = initial_variants(i);
+    // R32: the owner lets the token set the variables the model writes, the base's MODE
+    // among them (a token replaces a base variable only when the owner lists it).
+    let access = json!({ "env": ["MODE", "V_0", "V_1", "V_2"] });
     if kind == Kind::Mutation && i < 2 {
-        let body = json!({ "name": name, "deployment": base(&base_name), "variants": variants });
+        let body = json!({ "name": name, "deployment": base(&base_name), "variants": variants,
+                           "deviceAccess": access });
         let path = format!("/api/v1/namespaces/{}/mutations", ctx.ns);
         match send(ctx.api_port, "POST", &path, ADMIN, Some(&body)).await {
             Wire::Answer(reply) if reply.status == 201 => {}
@@ -114,6 +118,10 @@ pub(crate) async fn create_owner(ctx: &Ctx, kind: Kind, name: &str, i: usize) ->
             "metadata": { "name": name },
             "spec": { "deployment": base(&base_name), kind.field(): variants },
         });
+        let mut manifest = manifest;
+        if kind == Kind::Mutation {
+            manifest["spec"]["deviceAccess"] = access;
+        }
         let obj: DynamicObject = serde_json::from_value(manifest).unwrap();
         ctx.api(kind)
             .create(&PostParams::default(), &obj)
