@@ -255,7 +255,7 @@ class Soak:
                                              "variants": [{"label": "a", "instances": 0, "byToken": True},
                                                           {"label": "b", "instances": 1}]}, want=(201,))
         own = self.secret_token(name)
-        self.api("POST", f"/mutations/{name}/variants", own, {"label": "x", "env": {"MODE": "x"}, "instances": 1},
+        self.api("POST", f"/mutations/{name}/variants", own, {"label": "x", "env": {"SCREEN": "x"}, "instances": 1},
                  want=(201,))
         self.api("PATCH", f"/mutations/{name}/variants/x", own, {"instances": 2})
         self.api("DELETE", f"/mutations/{name}/variants/a", own, want=(200, 204))
