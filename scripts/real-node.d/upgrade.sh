@@ -204,6 +204,10 @@ upgrade_checks() {
 
     kc delete mutations,mutantdeployments --all -n "$NS" --wait=true --timeout=60s >/dev/null || fail "deleting the examples"
     kc delete -f "$prev_manifest" --wait=true --timeout=120s >/dev/null || fail "uninstalling the previous release"
+    # What this release adds that the previous one does not (its Secrets policy) stays after a
+    # downgrade; the uninstall takes it too.
+    kc delete -f "$repo/deploy/mutantops.yaml" --ignore-not-found --wait=true --timeout=120s >/dev/null \
+        || fail "uninstalling what this release added"
     installed=""
     up_step_s=$(since "$t_step")
     printf '\n  %-10s %10s %10s  %s\n' phase "rolled out" "new leader" "API calls through the Service"
