@@ -279,3 +279,33 @@ fn prune_needs_owner_label_kind_label_and_controller_uid() {
         &o
     ));
 }
+
+/// Expands `$(NAME)` as the kubelet does (`$$` is `$`; a name `lookup` does not know, or a
+/// `$(` without its `)`, is left as written): the model the env tests judge against (R32,
+/// R41).
+pub(super) fn kubelet_expand<'a>(value: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(open) = after.strip_prefix('(')
+            && let Some(close) = open.find(')')
+        {
+            let name = &open[..close];
+            match lookup(name) {
+                Some(v) => out.push_str(v),
+                None => out.push_str(&rest[at..at + close + 3]),
+            }
+            rest = &open[close + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}

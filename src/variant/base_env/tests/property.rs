@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::variant::{base_env::reaching, families::denied};
+use crate::variant::{base_env::reaching, families::denied, tests::kubelet_expand};
 use crate::{crd::Variant, variant::access::device_may_add};
 
 /// What a device sends; it must never show up in an expanded field.
@@ -39,34 +39,6 @@ impl Random {
         }
         text
     }
-}
-
-/// `$(NAME)` replaced from `vars` as the kubelet does: `$$` is `$`, an unknown or unclosed
-/// reference is left as written.
-fn expand(text: &str, vars: &BTreeMap<String, String>) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(inner) = after.strip_prefix('(')
-            && let Some(end) = inner.find(')')
-        {
-            match vars.get(&inner[..end]) {
-                Some(value) => out.push_str(value),
-                None => out.push_str(&rest[at..at + end + 3]),
-            }
-            rest = &inner[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// A random container: env entries, a command, args, a probe, a hook, a sub-path.
@@ -108,7 +80,7 @@ fn expanded_with(c: &Value, name: &str) -> Vec<String> {
     let mut vars = BTreeMap::new();
     let mut fields = Vec::new();
     for (n, v) in entries {
-        let value = expand(&v, &vars);
+        let value = kubelet_expand(&v, |n| vars.get(n).map(String::as_str));
         if n != name && denied(&n).is_some() {
             fields.push(value.clone());
         }
@@ -126,15 +98,15 @@ fn expanded_with(c: &Value, name: &str) -> Vec<String> {
             .into_iter()
             .flatten()
         {
-            fields.push(expand(word.as_str().unwrap_or_default(), &vars));
+            fields.push(kubelet_expand(word.as_str().unwrap_or_default(), |n| {
+                vars.get(n).map(String::as_str)
+            }));
         }
     }
-    fields.push(expand(
-        c["volumeMounts"][0]["subPathExpr"]
-            .as_str()
-            .unwrap_or_default(),
-        &vars,
-    ));
+    let sub_path = c["volumeMounts"][0]["subPathExpr"].as_str();
+    fields.push(kubelet_expand(sub_path.unwrap_or_default(), |n| {
+        vars.get(n).map(String::as_str)
+    }));
     fields
 }
 
