@@ -6,14 +6,19 @@
 //! a name the base now expands so, unlisted, is held back as Invalid, and its Deployment keeps
 //! what it had.
 
-use super::{access::env_targets, base_env::reaching, build::Planned, validate::Base};
+use super::{
+    access::env_targets,
+    base_env::{Reach, reaching},
+    build::Planned,
+    validate::Base,
+};
 use crate::crd::{Variant, limits::DeviceAccess};
 
-/// Why the token's variant `v` may not be applied over `base`: the first name it sets (in its
-/// env or a container's) that reaches an expanded field of the base and `access` does not
-/// list.
+/// Why the token's variant `v` may not be applied over a base whose expansion closure is
+/// `reaches` ([`reaching`]): the first name it sets (in its env or a container's) that reaches
+/// an expanded field and `access` does not list.
 pub fn command_line_problem(
-    base: &Base,
+    reaches: &[Reach],
     access: Option<&DeviceAccess>,
     v: &Variant,
 ) -> Option<String> {
@@ -21,7 +26,6 @@ pub fn command_line_problem(
         return None;
     }
     let listed = access.and_then(|a| a.env.as_deref()).unwrap_or_default();
-    let reaches = reaching(base.value());
     let set = v.env.iter().map(|(name, _)| name).chain(
         v.containers
             .iter()
@@ -44,24 +48,30 @@ pub fn command_line_problem(
 }
 
 /// `planned` with each of `variants` (in the same order) that [`command_line_problem`] finds
-/// made Invalid.
+/// made Invalid. The base's closure is computed once, and only when a token's variant is there.
 pub fn hold_command_lines(
     planned: Vec<Planned>,
     base: &Base,
     access: Option<&DeviceAccess>,
     variants: &[Variant],
 ) -> Vec<Planned> {
+    if variants.iter().all(|v| v.by_token != Some(true)) {
+        return planned;
+    }
+    let reaches = reaching(base.value());
     planned
         .into_iter()
         .zip(variants)
-        .map(|(p, v)| match (p, command_line_problem(base, access, v)) {
-            (Planned::Apply { label, name, .. }, Some(message)) => Planned::Invalid {
-                label,
-                name,
-                message,
+        .map(
+            |(p, v)| match (p, command_line_problem(&reaches, access, v)) {
+                (Planned::Apply { label, name, .. }, Some(message)) => Planned::Invalid {
+                    label,
+                    name,
+                    message,
+                },
+                (p, _) => p,
             },
-            (p, _) => p,
-        })
+        )
         .collect()
 }
 
@@ -88,9 +98,13 @@ mod tests {
             env: [("TITLE", "x; reboot")].into_iter().collect(),
             ..Variant::default()
         };
-        assert_eq!(command_line_problem(&base, None, &v), None, "the admin's");
+        assert_eq!(
+            command_line_problem(&reaching(base.value()), None, &v),
+            None,
+            "the admin's"
+        );
         v.by_token = Some(true);
-        let problem = command_line_problem(&base, None, &v).unwrap_or_default();
+        let problem = command_line_problem(&reaching(base.value()), None, &v).unwrap_or_default();
         assert!(
             problem.contains("$(TITLE)") && problem.contains("\"app\""),
             "{problem}"
@@ -99,10 +113,16 @@ mod tests {
             env: Some(vec!["app/TITLE".into()]),
             ..DeviceAccess::default()
         };
-        assert_eq!(command_line_problem(&base, Some(&listed), &v), None);
+        assert_eq!(
+            command_line_problem(&reaching(base.value()), Some(&listed), &v),
+            None
+        );
         value["spec"]["template"]["spec"]["containers"][0]["args"] =
             json!(["--title", "$$(TITLE)"]);
         let escaped = Base::parse(&value).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(command_line_problem(&escaped, None, &v), None);
+        assert_eq!(
+            command_line_problem(&reaching(escaped.value()), None, &v),
+            None
+        );
     }
 }
