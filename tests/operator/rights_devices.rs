@@ -272,6 +272,42 @@ async fn without_devices_a_token_changes_only_the_tokens_variants() {
     assert_eq!(kept, [("owner", 1), ("handed", 2), ("placed", 0)]);
 }
 
+/// R32, R22: a token's answer holds for the Mutation as it is when the answer is given, not as
+/// this replica's cache last saw it. Each round the owner's spec gains variant `x` and the
+/// token's PATCH and DELETE right after are refused (403, not the token's); then the spec drops
+/// it and the same requests right after answer 404 (gone), never the 403 of the variant the
+/// cache may still show. Twelve rounds: 48 writes stay within the token's burst (R34).
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn a_tokens_answer_holds_for_what_the_spec_holds_when_it_is_given() {
+    let f = Fixture::with_api("rights-now").await;
+    f.apply::<Mutation>(&mutation("web", base("web"), json!([])))
+        .await;
+    let token = f.token("web").await;
+    for round in 0..12 {
+        let owners = json!([{"label": "x", "instances": 0}]);
+        f.apply::<Mutation>(&mutation("web", base("web"), owners))
+            .await;
+        for (method, instances) in [("PATCH", Some(1)), ("DELETE", None)] {
+            let (code, error) = change(&f, method, "x", &token, instances).await;
+            assert_eq!(
+                code, 403,
+                "round {round}, {method} of the spec's x: {error}"
+            );
+        }
+        f.apply::<Mutation>(&mutation("web", base("web"), json!([])))
+            .await;
+        for (method, instances) in [("PATCH", Some(1)), ("DELETE", None)] {
+            let (code, error) = change(&f, method, "x", &token, instances).await;
+            assert_eq!(
+                code, 404,
+                "round {round}, {method} after the spec dropped x: {error}"
+            );
+            assert!(error.contains("\"x\" not found"), "{error}");
+        }
+    }
+}
+
 /// R39: with `spec.devices.ids` the enrollment key enrolls only the ids the owner lists (a
 /// lifted key cannot take the id of a board not listed), and the admin enrolls any id, which
 /// is how an id is bound to its board.
