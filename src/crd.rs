@@ -20,6 +20,7 @@ mod packed;
 mod placement;
 mod print;
 pub(crate) mod rollout;
+pub(crate) mod screen;
 mod service;
 pub(crate) mod sleep;
 mod spec;
@@ -34,6 +35,7 @@ pub use packed::PackedJson;
 pub use placement::{ContainerOverride, Quantity, Resources, Toleration};
 pub use print::{crd_files, crds_yaml, print_crds};
 pub use rollout::{OnFailure, RolloutPhase, RolloutSpec, RolloutStatus, RolloutStep};
+pub use screen::{ScreenSpec, VariantScreen};
 pub use service::{
     IpFamily, IpFamilyPolicy, MAX_CIDR, MAX_SERVICE_PORTS, MAX_SOURCE_RANGES, ServicePortSpec,
     ServiceProtocol, ServiceSpec, ServiceType, TrafficPolicy, VariantService, VariantServicePort,

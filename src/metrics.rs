@@ -44,6 +44,7 @@ mod gauges;
 mod labels;
 mod process;
 mod rollout;
+pub mod screens;
 mod sleep;
 #[cfg(test)]
 mod tests;
@@ -92,6 +93,7 @@ pub struct Metrics {
     leader: Gauge,
     caches: Arc<CacheCollector>,
     sleep: sleep::SleepMetrics,
+    screens: screens::ScreenMetrics,
     /// Length of the last exposition, to size the next one's buffer.
     last_len: AtomicUsize,
 }
@@ -167,6 +169,7 @@ impl Metrics {
         );
 
         let sleep = sleep::SleepMetrics::register(&mut registry);
+        let screens = screens::ScreenMetrics::register(&mut registry);
 
         let caches = Arc::new(CacheCollector::default());
         registry.register_collector(Box::new(Arc::clone(&caches)));
@@ -181,6 +184,7 @@ impl Metrics {
             leader,
             caches,
             sleep,
+            screens,
             last_len: AtomicUsize::new(INITIAL_CAPACITY),
         }
     }
@@ -253,6 +257,12 @@ impl Metrics {
     /// Counts variants expired.
     pub fn variants_expired(&self, n: usize) {
         self.sleep.expired(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
+    /// A fetch of a screen ended with `result` ([`screens::NEW`], [`screens::UNCHANGED`] or
+    /// a failure's reason).
+    pub fn screen_fetched(&self, result: &'static str) {
+        self.screens.fetched(result);
     }
 
     /// Sets `mutant_operator_leader` to 1 (leading) or 0.

@@ -229,6 +229,84 @@ impl Store {
         api.create(&params, secret).await
     }
 
+    /// Writes the screen of variant `label` of Mutation `owner` (R53) into its Secret
+    /// ([`variant::screen::screen_secret_name`]): created when missing, else replaced with the
+    /// resourceVersion read, only while the Mutation controls it. A Secret of that name the
+    /// Mutation does not control is left alone: `Ok(false)`.
+    pub async fn put_screen(
+        &self,
+        owner: &Owner,
+        label: &str,
+        screen: &variant::screen::Screen,
+    ) -> crate::Result<bool> {
+        use variant::screen::{ETAG_ANNOTATION, SCREEN_KEY, TYPE_ANNOTATION, screen_secret_name};
+        let name = screen_secret_name(&owner.name, label);
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+        let mut metadata = owned_metadata(owner, &name);
+        if let Some(labels) = metadata.labels.as_mut() {
+            labels.insert(variant::VARIANT_LABEL.to_string(), label.to_string());
+        }
+        metadata.annotations = Some(std::collections::BTreeMap::from([
+            (ETAG_ANNOTATION.to_string(), screen.etag.clone()),
+            (TYPE_ANNOTATION.to_string(), screen.content_type.clone()),
+        ]));
+        let mut secret = Secret {
+            metadata,
+            type_: Some("Opaque".to_string()),
+            data: Some(std::collections::BTreeMap::from([(
+                SCREEN_KEY.to_string(),
+                k8s_openapi::ByteString(screen.bytes.to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        let params = PostParams {
+            field_manager: Some(OPERATOR_MANAGER.into()),
+            ..PostParams::default()
+        };
+        // Two rounds at most: one Secret changed between the read and the replace is read
+        // again once; past that the next refresh writes it.
+        for _ in 0..2 {
+            let Some(existing) = api.get_metadata_opt(&name).await? else {
+                match api.create(&params, &secret).await {
+                    Ok(_) => return Ok(true),
+                    Err(err) if crate::already_exists(&err) => continue,
+                    Err(err) => return Err(err.into()),
+                }
+            };
+            if !variant::is_controlled_by(&existing.metadata, &owner.uid) {
+                return Ok(false);
+            }
+            secret.metadata.uid = existing.metadata.uid;
+            secret.metadata.resource_version = existing.metadata.resource_version;
+            match api.replace(&name, &params, &secret).await {
+                Ok(_) => return Ok(true),
+                Err(err) if crate::conflict(&err) || crate::not_found(&err) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(crate::Error::Internal(
+            "the screen Secret changed twice while it was written",
+        ))
+    }
+
+    /// Deletes the screen Secret `name` of a variant that is gone, if it is still the one
+    /// `uid` names (R53).
+    pub async fn delete_screen(&self, namespace: &str, name: &str, uid: &str) -> crate::Result<()> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(err) if crate::conflict(&err) || crate::not_found(&err) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// Server-side applies an owner's status under [`OPERATOR_MANAGER`], so fields it no
     /// longer reports are removed. Never the device list: that is [`Store::edit_devices`]'s,
     /// under a field manager of its own.

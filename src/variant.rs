@@ -62,6 +62,7 @@ mod registry;
 mod report;
 pub(crate) mod rights;
 pub(crate) mod rollout;
+pub mod screen;
 mod secret;
 mod service;
 pub(crate) mod sleep;

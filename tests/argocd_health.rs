@@ -209,6 +209,7 @@ fn variant(label: &str, state: VariantState, message: Option<&str>) -> VariantSt
         ready_replicas: if state == VariantState::Ready { 2 } else { 0 },
         service: None,
         sleep: None,
+        screen: None,
     }
 }
 
@@ -242,6 +243,7 @@ fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> M
             service: None,
             devices: None,
             rollout: None,
+            screen: None,
         },
     );
     m.metadata.namespace = Some("default".to_owned());

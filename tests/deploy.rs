@@ -138,7 +138,11 @@ fn operator_manifest_hardening() {
             "services",
             &["CREATE", "UPDATE", "DELETE"][..],
         ),
-        ("mutantops-secrets", "secrets", &["CREATE", "UPDATE"][..]),
+        (
+            "mutantops-secrets",
+            "secrets",
+            &["CREATE", "UPDATE", "DELETE"][..],
+        ),
     ] {
         let named = |kind: &str| {
             docs.iter()
@@ -209,7 +213,7 @@ fn the_security_model_lists_every_right_of_the_service_account() {
         .flat_map(|d| d["rules"].as_array().unwrap().clone())
         .map(|rule| (words(&rule["resources"]), words(&rule["verbs"])))
         .collect();
-    assert_eq!(granted.len(), 9, "{granted:?}");
+    assert_eq!(granted.len(), 10, "{granted:?}");
 
     let security =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md")).unwrap();

@@ -128,7 +128,7 @@ pub fn permits(
             let refused = |what: &str| {
                 forbidden(format!(
                     "device {own:?}'s token reaches only its own record, its variant \
-                     {variant:?} and that variant's Service: {what} is refused"
+                     {variant:?}, that variant's Service and its screen: {what} is refused"
                 ))
             };
             match (access, action) {
@@ -138,14 +138,14 @@ pub fn permits(
                 }
                 // Whether it may scale its variant is the handler's to say, from who made it
                 // (`variant::rights`).
-                (Access::MutationToken, Action::GetVariant | Action::ScaleVariant)
-                    if label == Some(variant.as_str()) =>
-                {
-                    Ok(())
-                }
-                (Access::MutationToken, Action::GetVariant | Action::ScaleVariant) => {
-                    refused(&format!("variant {:?}", label.unwrap_or_default()))
-                }
+                (
+                    Access::MutationToken,
+                    Action::GetVariant | Action::ScaleVariant | Action::VariantScreen,
+                ) if label == Some(variant.as_str()) => Ok(()),
+                (
+                    Access::MutationToken,
+                    Action::GetVariant | Action::ScaleVariant | Action::VariantScreen,
+                ) => refused(&format!("variant {:?}", label.unwrap_or_default())),
                 (Access::Enroll, _) => refused("enrolling a device"),
                 (Access::MutationToken, Action::AddVariant) => refused("adding a variant"),
                 (Access::MutationToken, Action::RemoveVariant) => refused("removing a variant"),

@@ -39,6 +39,7 @@ mod registry;
 mod request;
 mod rollout;
 pub(crate) mod routes;
+mod screens;
 mod state;
 mod variants;
 
@@ -187,6 +188,12 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
         Action::RemoveDevice => devices::remove(state, caller, ns, name, id).await,
         Action::RotateToken => devices::rotate(state, caller, ns, name, id).await,
         Action::Poll => poll::poll(state, caller, ctx.mutation.zip(ctx.parsed)).await,
+        Action::DeviceScreen => {
+            screens::of_device(state, caller, (ns, name, id), body.req.headers()).await
+        }
+        Action::VariantScreen => {
+            screens::of_variant(state, caller, (ns, name, label), body.req.headers()).await
+        }
         Action::ResumeRollout => rollout::resume(state, ns, name).await,
         Action::AbortRollout => rollout::abort(state, ns, name).await,
     }

@@ -102,6 +102,7 @@ pub async fn create(state: &ApiState, ns: &str, body: CreateMutation) -> ApiResu
             service,
             devices,
             rollout: None,
+            screen: None,
         },
         status: None,
     };

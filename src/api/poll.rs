@@ -38,6 +38,9 @@ struct PollView<'a> {
     /// When to poll next: its refresh rate, or the end of quiet hours.
     #[serde(skip_serializing_if = "Option::is_none")]
     refresh_seconds: Option<u64>,
+    /// With spec.screen, the screen the API serves for the variant (R53).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    screen: Option<super::screens::ScreenSummary>,
 }
 
 /// `GET .../devices/{id}/poll` (that device only): `{variant, ready, service}`, from this
@@ -82,6 +85,7 @@ pub async fn poll(
         service: service_of(&m, variant),
         retry_after_seconds: retry,
         refresh_seconds: refresh,
+        screen: super::screens::summary(state, &m, variant),
     };
     let mut answer = http::json(StatusCode::OK, &view);
     if let Some(seconds) = retry {

@@ -54,6 +54,10 @@ pub enum Action {
     RotateToken,
     /// `devices::poll`.
     Poll,
+    /// `screens::of_device`.
+    DeviceScreen,
+    /// `screens::of_variant`.
+    VariantScreen,
     /// `rollout::resume`.
     ResumeRollout,
     /// `rollout::abort`.
@@ -96,6 +100,10 @@ pub enum Shape {
     DeviceToken,
     /// `/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll`.
     DevicePoll,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/screen`.
+    DeviceScreen,
+    /// `/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}/screen`.
+    VariantScreen,
     /// `/api/v1/namespaces/{ns}/mutations/{name}/rollout/resume`.
     RolloutResume,
     /// `/api/v1/namespaces/{ns}/mutations/{name}/rollout/abort`.
@@ -128,6 +136,14 @@ const DEVICE_TOKEN: (&str, Shape) = (
 const DEVICE_POLL: (&str, Shape) = (
     "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll",
     Shape::DevicePoll,
+);
+const DEVICE_SCREEN: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/screen",
+    Shape::DeviceScreen,
+);
+const VARIANT_SCREEN: (&str, Shape) = (
+    "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}/screen",
+    Shape::VariantScreen,
 );
 
 const ROLLOUT_RESUME: (&str, Shape) = (
@@ -264,6 +280,20 @@ pub static ROUTES: &[Route] = &[
         "a device's heartbeat",
     ),
     route(
+        Method::GET,
+        DEVICE_SCREEN,
+        Access::Device,
+        Action::DeviceScreen,
+        "the screen of a device's variant (ETag; 304 when unchanged)",
+    ),
+    route(
+        Method::GET,
+        VARIANT_SCREEN,
+        Access::MutationToken,
+        Action::VariantScreen,
+        "the screen of a variant (ETag; 304 when unchanged)",
+    ),
+    route(
         Method::POST,
         ROLLOUT_RESUME,
         Access::Admin,
@@ -357,6 +387,12 @@ fn shape_of(path: &str) -> Option<(Shape, Params<'_>)> {
         }
         [ns, "mutations", name, "devices", id, "poll"] => {
             Some((Shape::DevicePoll, d(ns, name, id)))
+        }
+        [ns, "mutations", name, "devices", id, "screen"] => {
+            Some((Shape::DeviceScreen, d(ns, name, id)))
+        }
+        [ns, "mutations", name, "variants", label, "screen"] => {
+            Some((Shape::VariantScreen, p(ns, Some(*name), Some(*label))))
         }
         [ns, "mutations", name, "rollout", "resume"] => {
             Some((Shape::RolloutResume, p(ns, Some(*name), None)))

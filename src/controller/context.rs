@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::{announce, events};
 use crate::{
     cache::Caches,
-    crd::{DeviceStatus, Mutation, OwnerResource, OwnerStatus, Variant},
+    crd::{DeviceStatus, Mutation, OwnerResource, OwnerStatus, Variant, VariantScreen},
     http::ApiError,
     metrics::Metrics,
     store::{CONTROLLER_CALL_LIMIT, OPERATOR_MANAGER},
@@ -60,6 +60,45 @@ pub struct Context {
     pub revisions: RevisionMemory,
     /// When the statuses of progress under way were first put off (R50).
     pub progress: super::hold::ProgressHold,
+    /// What the last fetches of each owner's screens found (R53).
+    pub screens: ScreenMemory,
+}
+
+/// The most owners whose screens [`ScreenMemory`] remembers; past it, it starts over (each
+/// owner's status still says when its screens were last fetched).
+const SCREEN_OWNERS: usize = 4096;
+
+/// What this replica's last fetches of each owner's screens found, by owner uid and variant
+/// label: a status is not written in every reconcile (and the cache brings it back a moment
+/// later), so the next reconcile reads what was fetched here rather than fetching again.
+#[derive(Default)]
+pub struct ScreenMemory {
+    owners: Mutex<HashMap<String, std::collections::BTreeMap<String, VariantScreen>>>,
+}
+
+impl ScreenMemory {
+    /// What was last found of owner `uid`'s screens, if remembered.
+    pub(super) fn get(&self, uid: &str) -> std::collections::BTreeMap<String, VariantScreen> {
+        self.owners
+            .lock()
+            .ok()
+            .and_then(|owners| owners.get(uid).cloned())
+            .unwrap_or_default()
+    }
+
+    /// Remembers `screens` as owner `uid`'s, in place of what was.
+    pub(super) fn put(
+        &self,
+        uid: &str,
+        screens: std::collections::BTreeMap<String, VariantScreen>,
+    ) {
+        if let Ok(mut owners) = self.owners.lock() {
+            if owners.len() >= SCREEN_OWNERS && !owners.contains_key(uid) {
+                owners.clear();
+            }
+            owners.insert(uid.to_owned(), screens);
+        }
+    }
 }
 
 /// The bases of the revisions a rollout holds variants on, per owner uid and revision, as

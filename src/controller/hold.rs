@@ -66,6 +66,7 @@ mod tests {
             ready_replicas: 0,
             service: None,
             sleep: None,
+            screen: None,
         }
     }
 

@@ -17,6 +17,7 @@ mod feature;
 mod hold;
 mod reconcile;
 pub mod rollout;
+mod screens;
 pub mod secret;
 mod services;
 pub mod sleep;
@@ -128,6 +129,7 @@ where
         expiry: context::ExpiryMemory::default(),
         written: context::WrittenStatuses::default(),
         revisions: context::RevisionMemory::default(),
+        screens: context::ScreenMemory::default(),
         progress: hold::ProgressHold::default(),
     });
     // R26: the counts of repeated Events are written even when the repeats

@@ -32,6 +32,7 @@ use super::{
     devices,
     feature::{Feature, Later},
     rollout::{self, Rolling},
+    screens::{self, Screens},
     secret::{self, SecretState},
     services,
     sleep::{self, Sleeping},
@@ -93,6 +94,8 @@ struct Plan {
     sleeping: Sleeping,
     /// What the rollout decided (R43).
     rolling: Rolling,
+    /// Which screens are served, after the fetches that were due (R53).
+    screens: Screens,
     /// The base, checked, or why it is refused (R10).
     base: Result<Base, String>,
     /// This owner's Deployments, cached.
@@ -108,7 +111,7 @@ struct Plan {
 impl Plan {
     /// The features, in the order they report.
     fn features(&self) -> impl Iterator<Item = &dyn Feature> {
-        [&self.sleeping as &dyn Feature, &self.rolling].into_iter()
+        [&self.sleeping as &dyn Feature, &self.rolling, &self.screens].into_iter()
     }
 }
 
@@ -129,6 +132,7 @@ async fn prepare<K: OwnerResource>(
         unservable: variant::unservable_name(K::KIND.kind(), &owner.name),
         sleeping: Sleeping::default(),
         rolling: Rolling::default(),
+        screens: Screens::default(),
         base: Base::parse(&obj.base().value()),
         observed: observe(ctx, owner),
         planned: Vec::new(),
@@ -144,6 +148,10 @@ async fn prepare<K: OwnerResource>(
         plan.problems.push(problem.clone());
     }
     plan.sleeping = sleep::prepare(ctx, obj, parsed, previous, &mut plan.problems);
+    // R53: the screens that are due, fetched from the Services the last reconcile made.
+    if plan.unservable.is_none() {
+        plan.screens = screens::prepare(ctx, owner, obj, previous, &mut plan.problems).await?;
+    }
     let declared = plan
         .features()
         .fold(obj.variants().to_vec(), |v, f| f.declare(v));

@@ -20,6 +20,7 @@ pub(crate) fn variant_status(label: &str, state: VariantState, ready: i32) -> Va
         ready_replicas: ready,
         service: None,
         sleep: None,
+        screen: None,
     }
 }
 
@@ -50,6 +51,7 @@ pub(crate) fn mutant_deployment(name: &str, variants: Vec<Variant>) -> MutantDep
             mutations: variants,
             service: None,
             rollout: None,
+            screen: None,
         },
     );
     md.metadata.namespace = Some("default".into());
@@ -67,6 +69,7 @@ pub(crate) fn mutation(name: &str, variants: Vec<Variant>) -> Mutation {
             service: None,
             devices: None,
             rollout: None,
+            screen: None,
         },
     );
     m.metadata.namespace = Some("default".into());

@@ -11,6 +11,7 @@ use super::devices::DevicesSpec;
 use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
 use super::rollout::RolloutSpec;
+use super::screen::ScreenSpec;
 use super::service::ServiceSpec;
 use super::spec::{MutantDeployment, Mutation, OwnerStatus, Variant};
 
@@ -77,6 +78,10 @@ pub trait OwnerResource:
     }
     /// How a base change reaches the variants (`spec.rollout`), if in steps.
     fn rollout(&self) -> Option<&RolloutSpec>;
+    /// Its `spec.screen` (Mutations only, R53).
+    fn screen(&self) -> Option<&ScreenSpec> {
+        None
+    }
     /// What a Mutation's token may ask (`spec.deviceAccess`), if the kind has tokens.
     fn device_access(&self) -> Option<&DeviceAccess> {
         None
@@ -121,6 +126,9 @@ impl OwnerResource for Mutation {
     }
     fn devices(&self) -> Option<&DevicesSpec> {
         self.spec.devices.as_deref()
+    }
+    fn screen(&self) -> Option<&ScreenSpec> {
+        self.spec.screen.as_deref()
     }
     fn device_access(&self) -> Option<&DeviceAccess> {
         self.spec.device_access.as_deref()

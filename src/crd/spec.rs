@@ -13,6 +13,7 @@ use super::embedded::EmbeddedJson;
 use super::limits::DeviceAccess;
 use super::placement::{ContainerOverride, Toleration};
 use super::rollout::{RolloutSpec, RolloutStatus};
+use super::screen::{ScreenSpec, VariantScreen};
 use super::service::{ServiceSpec, VariantService};
 use super::sleep::VariantSleep;
 use super::strmap::StrMap;
@@ -87,6 +88,11 @@ pub struct Variant {
     /// `false`: the variant never sleeps, even when `spec.devices.sleep` is set (pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep: Option<bool>,
+    /// The path of this variant's picture, instead of `spec.screen.path` (Mutations with
+    /// spec.screen). Only the owner sets it: a token's request with it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/[^\s#]*$"))]
+    pub screen_path: Option<String>,
 }
 
 fn default_instances() -> i32 {
@@ -108,6 +114,7 @@ impl Default for Variant {
             by_token: None,
             enrollable: None,
             sleep: None,
+            screen_path: None,
         }
     }
 }
@@ -218,6 +225,13 @@ owner_kind! {
     /// variant at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Box<RolloutSpec>>,
+
+    /// Each variant's picture, fetched from its Service by the operator once per
+    /// refreshEvery, kept in a Secret the Mutation owns and served to the devices by the HTTP
+    /// API with an ETag (304 when unchanged), the last good one while the renderer sleeps or
+    /// fails. Absent: the API serves no screens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<Box<ScreenSpec>>,
 }
 }
 
@@ -293,6 +307,13 @@ owner_kind! {
     /// variant at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Box<RolloutSpec>>,
+
+    /// Each variant's picture, fetched from its Service by the operator once per
+    /// refreshEvery, kept in a Secret the Mutation owns and served to the devices by the HTTP
+    /// API with an ETag (304 when unchanged), the last good one while the renderer sleeps or
+    /// fails. Absent: the API serves no screens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<Box<ScreenSpec>>,
 }
 }
 
@@ -350,6 +371,10 @@ pub struct VariantStatus {
     /// Whether it sleeps now and why (Mutations with spec.devices.sleep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep: Option<Box<VariantSleep>>,
+    /// Its screen: which one is served, when it was fetched, and why the last fetch failed,
+    /// if it did (Mutations with spec.screen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<Box<VariantScreen>>,
 }
 
 /// A standard Kubernetes condition (`type`, `status`, `reason`, `message`,

@@ -270,6 +270,7 @@ impl Collector for CacheCollector {
         let mut rolling = super::rollout::rollouts(&mds);
         rolling.extend(super::rollout::rollouts(&mutations));
         super::rollout::encode(&mut encoder, KINDS.map(|k| k.kind()), &rolling)?;
+        super::screens::encode_ages(&mut encoder, &mutations)?;
         let max = self.max_devices.load(Ordering::Relaxed);
         encode_devices(&mut encoder, &mutations, max)
     }

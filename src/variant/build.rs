@@ -271,6 +271,7 @@ impl Planned {
             ready_replicas,
             service: None,
             sleep: None,
+            screen: None,
         }
     }
 }

@@ -81,6 +81,7 @@ pub fn held_statuses<'a>(
                 ready_replicas: ready,
                 service: None,
                 sleep: None,
+                screen: None,
             }
         })
         .collect()

@@ -18,6 +18,8 @@ pub struct CachedSecret {
     /// The devices and their token hashes, when this is a Mutation's devices Secret
     /// (`<name>-devices`) with any.
     pub devices: Option<Box<Registry>>,
+    /// The screen, when this is one of a Mutation's screen Secrets (R53).
+    pub screen: Option<std::sync::Arc<super::screen::Screen>>,
 }
 
 impl CachedSecret {
@@ -28,12 +30,14 @@ impl CachedSecret {
         let token = data
             .remove(TOKEN_KEY)
             .map(|token| token.0.into_boxed_slice());
+        let screen = super::screen::Screen::from_secret(&secret, &mut data);
         let registry = Registry::from_data(&data);
         let devices = (registry != Registry::default()).then(|| Box::new(registry));
         let kept = CachedSecret {
             metadata: Meta::of(&secret.metadata),
             token,
             devices,
+            screen,
         };
         (kept, secret)
     }

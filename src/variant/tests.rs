@@ -221,6 +221,7 @@ fn owner_from_resource_needs_namespace_and_uid() {
             service: None,
             devices: None,
             rollout: None,
+            screen: None,
         },
     );
     let said = |m: &crate::crd::Mutation| {

@@ -56,6 +56,7 @@ mod rights_devices;
 mod rights_env;
 mod rollout;
 mod scoped;
+mod screens;
 mod secret;
 mod services;
 mod sleep;

@@ -116,6 +116,10 @@ async fn the_operator_runs_with_its_service_account() {
         &["list", "secrets", "-A"],
         // R39: a Mutation's devices Secret is updated on its resourceVersion (never patched).
         &["update", "secrets", "-n", "default"],
+        // R53: a screen Secret of a variant that is gone (the policy holds it to those).
+        &["delete", "secrets", "-n", "default"],
+        // R53: where a variant's renderer answers, label-selected, once per fetch.
+        &["list", "endpointslices.discovery.k8s.io", "-n", "default"],
         &["create", "events.events.k8s.io", "-n", "default"],
         // R36: the variants' Services, label-selected.
         &["watch", "services", "-A"],
@@ -138,7 +142,8 @@ async fn the_operator_runs_with_its_service_account() {
         &["get", "pods", "-n", "default"],
         &["create", "customresourcedefinitions.apiextensions.k8s.io"],
         &["patch", "secrets", "-n", "default"],
-        &["delete", "secrets", "-n", "default"],
+        &["watch", "endpointslices.discovery.k8s.io", "-A"],
+        &["get", "endpointslices.discovery.k8s.io", "-n", "default"],
         &["update", "deployments.apps", "-n", "default"],
         &["update", "services", "-n", "default"],
         &["get", "endpoints", "-n", "default"],

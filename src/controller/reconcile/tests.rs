@@ -158,6 +158,7 @@ impl Scene {
             expiry: context::ExpiryMemory::default(),
             written: context::WrittenStatuses::default(),
             revisions: context::RevisionMemory::default(),
+            screens: context::ScreenMemory::default(),
             progress: hold::ProgressHold::default(),
         };
         let scene = Scene {

@@ -202,9 +202,9 @@ fn secret(name: &str, owner: &str, controlled_by: Option<&str>) -> Secret {
 }
 
 /// R28: the policy mutantops-secrets, as the bundle installs it, holds the operator's
-/// ServiceAccount to a Mutation's token and devices Secrets: it creates those, labelled and
-/// controlled by the Mutation, updates only the devices Secret, and may not create or change
-/// any other Secret (someone else's, one without the Mutation's ownerReference, one taken over
+/// ServiceAccount to a Mutation's token, devices and screen Secrets: it creates those, labelled
+/// and controlled by the Mutation, updates only the devices and screen Secrets, deletes only a
+/// screen Secret, and may not create, change or delete any other Secret (someone else's, one without the Mutation's ownerReference, one taken over
 /// by labelling it), although its ClusterRole would let it. The cluster admin is not held.
 pub(super) async fn only_its_secrets(ns: &str, kubeconfig: &Path) {
     const SECRETS: &str = "mutantops-secrets";
@@ -290,6 +290,36 @@ pub(super) async fn only_its_secrets(ns: &str, kubeconfig: &Path) {
     taken.metadata.owner_references = secret("x", "web", Some(&uid)).metadata.owner_references;
     let took = operator.replace("web-devices-2", &post, &taken).await;
     assert!(refused_by(SECRETS, &took), "{took:?}");
+    // R53: a screen Secret, labelled with its variant, is created, replaced and deleted; a
+    // screen name without that label is not created, and no other Secret is deleted.
+    let screen = |name: &str, variant: Option<&str>| {
+        let mut s = secret(name, "web", Some(&uid));
+        if let (Some(labels), Some(v)) = (s.metadata.labels.as_mut(), variant) {
+            labels.insert("mutantops.neiam.org/variant".to_owned(), v.to_owned());
+        }
+        s
+    };
+    let unlabelled = operator.create(&post, &screen("web-screen-a", None)).await;
+    assert!(refused_by(SECRETS, &unlabelled), "{unlabelled:?}");
+    let misnamed = operator
+        .create(&post, &screen("web-screen-a", Some("b")))
+        .await;
+    assert!(refused_by(SECRETS, &misnamed), "{misnamed:?}");
+    let mut shown = operator
+        .create(&post, &screen("web-screen-a", Some("a")))
+        .await
+        .unwrap();
+    shown.string_data = Some([("screen".to_owned(), "BM".to_owned())].into());
+    let replaced = operator.replace("web-screen-a", &post, &shown).await;
+    assert!(replaced.is_ok(), "{replaced:?}");
+    for other in ["web-devices", "web-secret", "web-devices-2"] {
+        let deleted = operator.delete(other, &DeleteParams::default()).await;
+        assert!(refused_by(SECRETS, &deleted), "{other}: {deleted:?}");
+    }
+    let deleted = operator
+        .delete("web-screen-a", &DeleteParams::default())
+        .await;
+    assert!(deleted.is_ok(), "{deleted:?}");
     // The admin is not held to it.
     admin
         .replace("web-secret", &post, &rewritten)
