@@ -23,6 +23,10 @@ pub const MIN_ADMIN_TOKEN: usize = 32;
 
 /// Default `MUTANT_METRICS_MAX_DEVICES`: the most devices that get metric series of their own.
 pub const DEFAULT_METRICS_MAX_DEVICES: usize = 200;
+/// Default `MUTANT_SCREEN_CACHE_MIB` (R53): the screens all Mutations may keep, which every
+/// replica holds in its cache; with the 20 to 30 MiB a replica uses at 1000 owners, under the
+/// 64 MiB limit of `deploy/`.
+pub const DEFAULT_SCREEN_CACHE_MIB: usize = 8;
 /// Default `MUTANT_API_MAX_CONNECTIONS`.
 pub const DEFAULT_API_MAX_CONNECTIONS: usize = 256;
 /// Default `MUTANT_API_BUFFER_MIB`: what the API holds of request bodies and answers at once
@@ -127,6 +131,9 @@ pub struct Config {
     /// `MUTANT_METRICS_MAX_DEVICES`: the most devices of one Mutation that get metric series of
     /// their own; a Mutation with more exports only its counts per state.
     pub metrics_max_devices: usize,
+    /// `MUTANT_SCREEN_CACHE_MIB`: the MiB of screens all Mutations may keep together (R53);
+    /// a new screen past it is not kept and the last good one is served.
+    pub screen_cache_mib: usize,
     /// `MUTANT_LEASE_DURATION_SECONDS`: how long the leader's Lease is valid without renewal.
     pub lease_duration: Duration,
     /// `POD_NAMESPACE`: where the leader Lease lives; `None` (unset or empty) for the watch
@@ -300,6 +307,13 @@ impl Config {
             100_000,
         )?)
         .unwrap_or(DEFAULT_METRICS_MAX_DEVICES);
+        let screen_cache_mib = usize::try_from(whole(
+            "MUTANT_SCREEN_CACHE_MIB",
+            DEFAULT_SCREEN_CACHE_MIB as u64,
+            1,
+            1024,
+        )?)
+        .unwrap_or(DEFAULT_SCREEN_CACHE_MIB);
         let pod_namespace = text("POD_NAMESPACE")?
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
@@ -383,6 +397,7 @@ impl Config {
             api_max_connections,
             api_trusted_proxies,
             api_buffer_mib,
+            screen_cache_mib,
             api_request_deadline,
             stale_after,
             watch_stale_after,

@@ -182,6 +182,7 @@ pub async fn run(config: Config) -> Result<()> {
         controller::Identity {
             instance: config.pod_name.clone(),
             pod_security: pod_security.clone(),
+            screen_cache_bytes: config.screen_cache_mib * 1024 * 1024,
         },
     );
     metrics.set_caches(caches.clone());

@@ -62,6 +62,8 @@ pub struct Context {
     pub progress: super::hold::ProgressHold,
     /// What the last fetches of each owner's screens found (R53).
     pub screens: ScreenMemory,
+    /// The bytes of screens all Mutations may keep together (R53).
+    pub screen_cache_bytes: usize,
 }
 
 /// The most owners whose screens [`ScreenMemory`] remembers; past it, it starts over (each
@@ -74,6 +76,9 @@ const SCREEN_OWNERS: usize = 4096;
 #[derive(Default)]
 pub struct ScreenMemory {
     owners: Mutex<HashMap<String, std::collections::BTreeMap<String, VariantScreen>>>,
+    /// The size of each screen Secret (`ns/name`) this replica wrote, which its cache may
+    /// not show yet.
+    sizes: Mutex<HashMap<String, usize>>,
 }
 
 impl ScreenMemory {
@@ -84,6 +89,44 @@ impl ScreenMemory {
             .ok()
             .and_then(|owners| owners.get(uid).cloned())
             .unwrap_or_default()
+    }
+
+    /// Reserves `len` bytes for screen Secret `key` (`ns/name`) within `bound`, counting what
+    /// this replica wrote and, for the others, what its cache holds (`cached`); Err is what is
+    /// held, when it does not fit. Checked and reserved at once, so fetches that end together
+    /// cannot both pass.
+    pub(super) fn reserve(
+        &self,
+        key: &str,
+        len: usize,
+        cached: impl Iterator<Item = (String, usize)>,
+        bound: usize,
+    ) -> Result<(), usize> {
+        let Ok(mut sizes) = self.sizes.lock() else {
+            return Err(bound);
+        };
+        let others: usize = cached
+            .filter(|(k, _)| k != key && !sizes.contains_key(k))
+            .map(|(_, n)| n)
+            .sum();
+        let written: usize = sizes
+            .iter()
+            .filter(|(k, _)| *k != key)
+            .map(|(_, n)| n)
+            .sum();
+        let held = others + written;
+        if held + len > bound {
+            return Err(held);
+        }
+        sizes.insert(key.to_owned(), len);
+        Ok(())
+    }
+
+    /// Forgets screen Secret `key` (`ns/name`): deleted, or its write failed.
+    pub(super) fn release(&self, key: &str) {
+        if let Ok(mut sizes) = self.sizes.lock() {
+            sizes.remove(key);
+        }
     }
 
     /// Remembers `screens` as owner `uid`'s, in place of what was.
@@ -307,6 +350,23 @@ impl ExpiryMemory {
 mod tests {
     use super::*;
     use crate::crd::DeviceSummary;
+
+    // R53: screens are reserved against MUTANT_SCREEN_CACHE_MIB at once, counting what this
+    // replica wrote before its cache shows it, and what the cache holds of the others.
+    #[test]
+    fn screens_are_reserved_within_the_bound() {
+        let memory = ScreenMemory::default();
+        let none = || std::iter::empty::<(String, usize)>();
+        assert_eq!(memory.reserve("ns/a", 600, none(), 1000), Ok(()));
+        assert_eq!(memory.reserve("ns/b", 600, none(), 1000), Err(600));
+        // The same Secret replaced: its old size does not count.
+        assert_eq!(memory.reserve("ns/a", 900, none(), 1000), Ok(()));
+        memory.release("ns/a");
+        let cached = || [("ns/c".to_owned(), 300), ("ns/a".to_owned(), 900)].into_iter();
+        assert_eq!(memory.reserve("ns/b", 600, cached(), 1000), Err(1200));
+        assert_eq!(memory.reserve("ns/a", 600, cached(), 1000), Ok(()));
+        assert_eq!(memory.reserve("ns/b", 100, cached(), 1000), Ok(()));
+    }
 
     // R42: a reconcile that starts before the cache has the status the last one wrote works
     // from the written one (the device list, another writer's, from the cache); once the cache

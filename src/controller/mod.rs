@@ -126,6 +126,7 @@ where
         metrics: metrics.clone(),
         leader,
         pod_security: who.pod_security,
+        screen_cache_bytes: who.screen_cache_bytes,
         expiry: context::ExpiryMemory::default(),
         written: context::WrittenStatuses::default(),
         revisions: context::RevisionMemory::default(),
@@ -263,6 +264,8 @@ pub struct Identity {
     /// Its ServiceAccount (`POD_NAMESPACE`, `POD_SERVICE_ACCOUNT`) and the API server's
     /// version, when known (R33).
     pub pod_security: PodSecurity,
+    /// The bytes of screens all Mutations may keep together (`MUTANT_SCREEN_CACHE_MIB`, R53).
+    pub screen_cache_bytes: usize,
 }
 
 /// Builds both controllers over the caches and their feeds, writing Mutations and their

@@ -250,6 +250,22 @@ async fn refreshed(
         ctx.metrics.screen_fetched(UNCHANGED);
         return fresh;
     }
+    // R53: what every replica holds of all screens stays within MUTANT_SCREEN_CACHE_MIB.
+    let key = format!("{}/{name}", owner.namespace);
+    let len = fetched.bytes.len();
+    if let Err(held) = ctx
+        .screens
+        .reserve(&key, len, cached_sizes(ctx), ctx.screen_cache_bytes)
+    {
+        return failed((
+            Failure::CacheFull,
+            format!(
+                "keeping this screen ({len} bytes) would take the screens of all Mutations past \
+                 MUTANT_SCREEN_CACHE_MIB ({} bytes, {held} held)",
+                ctx.screen_cache_bytes
+            ),
+        ));
+    }
     let screen = Screen {
         label: v.label.clone(),
         etag,
@@ -261,15 +277,41 @@ async fn refreshed(
             ctx.metrics.screen_fetched(NEW);
             fresh
         }
-        Ok(false) => failed((
-            Failure::Foreign,
-            format!("Secret {name:?} exists and is not this Mutation's: the screen is not kept"),
-        )),
-        Err(err) => failed((
-            Failure::Unreachable,
-            format!("the screen could not be kept in Secret {name:?}: {err}"),
-        )),
+        Ok(false) => {
+            ctx.screens.release(&key);
+            failed((
+                Failure::Foreign,
+                format!(
+                    "Secret {name:?} exists and is not this Mutation's: the screen is not kept"
+                ),
+            ))
+        }
+        Err(err) => {
+            ctx.screens.release(&key);
+            failed((
+                Failure::Unreachable,
+                format!("the screen could not be kept in Secret {name:?}: {err}"),
+            ))
+        }
     }
+}
+
+/// The screens this replica's cache holds, as `ns/name` and size.
+fn cached_sizes(ctx: &Context) -> impl Iterator<Item = (String, usize)> {
+    let cached = ctx
+        .secrets
+        .as_ref()
+        .map(|store| store.state())
+        .unwrap_or_default();
+    cached.into_iter().filter_map(|s| {
+        let len = s.screen.as_ref()?.bytes.len();
+        let key = format!(
+            "{}/{}",
+            s.metadata.namespace.as_deref()?,
+            s.metadata.name.as_deref()?
+        );
+        Some((key, len))
+    })
 }
 
 /// Deletes the screen Secrets of `owner` whose variants are gone.

@@ -90,7 +90,7 @@ pub struct VariantScreen {
     #[serde(default)]
     pub stale: bool,
     /// Why the last fetch failed: Unreachable, Timeout, Status, Type, TooLarge, Empty,
-    /// NoEndpoint, NoPort or Foreign.
+    /// NoEndpoint, NoPort, Foreign or CacheFull.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What the last fetch found, in words.

@@ -181,6 +181,8 @@ pub enum Failure {
     Empty,
     /// A Secret of the screen's name exists and is not this Mutation's.
     Foreign,
+    /// Keeping it would take the screens of all Mutations past `MUTANT_SCREEN_CACHE_MIB`.
+    CacheFull,
 }
 
 impl Failure {
@@ -196,11 +198,12 @@ impl Failure {
             Failure::TooLarge => "TooLarge",
             Failure::Empty => "Empty",
             Failure::Foreign => "Foreign",
+            Failure::CacheFull => "CacheFull",
         }
     }
 
     /// Every failure, for the metrics' series.
-    pub const ALL: [Failure; 9] = [
+    pub const ALL: [Failure; 10] = [
         Failure::NoEndpoint,
         Failure::NoPort,
         Failure::Unreachable,
@@ -210,6 +213,7 @@ impl Failure {
         Failure::TooLarge,
         Failure::Empty,
         Failure::Foreign,
+        Failure::CacheFull,
     ];
 }
 

@@ -342,3 +342,40 @@ async fn no_screen_is_404_none_yet_is_503_and_a_token_sets_no_screen_path() {
     assert_eq!(none_yet.status, 503, "{none_yet:?}");
     assert!(header(&none_yet, "retry-after").is_some(), "{none_yet:?}");
 }
+
+/// R53: the screens of all Mutations stay within MUTANT_SCREEN_CACHE_MIB, which every replica
+/// holds in its cache: with 1 MiB, of two variants answering 600 KiB each one screen is kept
+/// and the other is refused with reason CacheFull, naming the setting.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn screens_past_the_cache_bound_are_not_kept() {
+    let env = [
+        ("MUTANT_API_TOKEN", ADMIN),
+        ("MUTANT_SCREEN_CACHE_MIB", "1"),
+    ];
+    let f = Fixture::with_env("screens-full", &env).await;
+    wait_api(f.operator.api_port, &f.ns.name).await;
+    let r = Renderer::start().await;
+    r.set("/a.bmp", Answer::bmp(&vec![b'a'; 600 * 1024]));
+    r.set("/b.bmp", Answer::bmp(&vec![b'b'; 600 * 1024]));
+    point(&f, "web-a", &r).await;
+    point(&f, "web-b", &r).await;
+    let mut m = fleet("1h");
+    m["spec"]["screen"]["maxBytes"] = json!(700_000);
+    f.apply::<Mutation>(&m).await;
+    let a = screen_status(&f, "a", |s| !s["triedAt"].is_null()).await;
+    let b = screen_status(&f, "b", |s| !s["triedAt"].is_null()).await;
+    let (kept, refused) = if a["etag"].is_string() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    assert!(kept["etag"].is_string(), "{kept}");
+    assert_eq!(refused["reason"], "CacheFull", "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("MUTANT_SCREEN_CACHE_MIB")),
+        "{refused}"
+    );
+}

@@ -159,6 +159,7 @@ impl Scene {
             written: context::WrittenStatuses::default(),
             revisions: context::RevisionMemory::default(),
             screens: context::ScreenMemory::default(),
+            screen_cache_bytes: 8 << 20,
             progress: hold::ProgressHold::default(),
         };
         let scene = Scene {
