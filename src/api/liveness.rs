@@ -33,6 +33,8 @@ struct Due {
     /// A poll of a Mutation whose variants sleep: what it teaches of the device's polls, and
     /// how often a poll is written anyway.
     poll: Option<(PollStats, std::time::Duration)>,
+    /// Whether a poll wakes its variant: not with `spec.screen`, whose refresh does (R53).
+    polls_wake: bool,
 }
 
 impl Due {
@@ -46,7 +48,7 @@ impl Due {
     ) -> bool {
         match &self.poll {
             Some((stats, refresh)) => {
-                poll_must_persist(entry, variant, stats, self.now, *refresh)
+                poll_must_persist(entry, variant, stats, self.now, *refresh, self.polls_wake)
                     || must_persist(entry, self.now, policy, &self.reported)
             }
             None => must_persist(entry, self.now, policy, &self.reported),
@@ -147,6 +149,7 @@ pub fn heard_from(
         now,
         reported: known,
         poll,
+        polls_wake: m.spec.screen.is_none(),
     };
     if !due.must_write(persisted, variant_status(m, variant), policy) {
         return Ok(());
@@ -176,6 +179,7 @@ fn poll_must_persist_now(due: &Due, persisted: Option<&DeviceStatus>, m: &Mutati
         stats,
         due.now,
         std::time::Duration::MAX,
+        due.polls_wake,
     )
 }
 

@@ -78,10 +78,13 @@ pub async fn poll(
         .and_then(|beat| beat.reported.refresh_rate);
     let sleep = parsed.sleep();
     let refresh = sleep.and_then(|sleep| refresh_seconds(&m, sleep, id, told));
-    let retry = retry_after(&m, sleep, variant, Timestamp::now());
+    let waiting = retry_after(&m, sleep, variant, Timestamp::now());
+    // R53: with spec.screen the device takes the screen the API serves; its variant sleeping
+    // is no reason to come back sooner.
+    let retry = waiting.filter(|_| m.spec.screen.is_none());
     let view = PollView {
         variant,
-        ready: retry.is_none(),
+        ready: waiting.is_none(),
         service: service_of(&m, variant),
         retry_after_seconds: retry,
         refresh_seconds: refresh,

@@ -18,7 +18,8 @@ use crate::{
     metrics::screens::{NEW, UNCHANGED},
     variant::{
         CachedSecret, OWNER_LABEL, Owner, VARIANT_LABEL, deployment_name, is_controlled_by,
-        screen::{Failure, Screen, ScreenPolicy, etag_of, screen_secret_name},
+        screen::{Failure, Screen, ScreenPolicy, etag_of, rhythm, screen_secret_name},
+        wake::Rhythm,
     },
 };
 
@@ -120,18 +121,7 @@ pub async fn prepare<K: OwnerResource>(
     let mut due = Vec::new();
     let remembered = ctx.screens.get(&owner.uid);
     for v in obj.variants() {
-        let written = previous
-            .variants
-            .iter()
-            .find(|s| s.label == v.label)
-            .and_then(|s| s.screen.as_deref());
-        // What this replica fetched last, unless the status says of a later fetch (another
-        // leader's).
-        let before = match (remembered.get(&v.label), written) {
-            (Some(m), Some(w)) if at(w) > at(m) => w.clone(),
-            (Some(m), _) => m.clone(),
-            (None, w) => w.cloned().unwrap_or_default(),
-        };
+        let before = latest(remembered.get(&v.label), previous, &v.label);
         let since = since(before.tried_at.as_deref(), now);
         let wait = since.map_or(Duration::ZERO, |s| policy.due_in(s, before.stale));
         if wait.is_zero() {
@@ -166,6 +156,47 @@ pub async fn prepare<K: OwnerResource>(
 /// When `s` was last tried, if it says.
 fn at(s: &VariantScreen) -> Option<Timestamp> {
     s.tried_at.as_deref()?.parse().ok()
+}
+
+/// The rhythm of each variant's screen of `obj` (R53), for its sleep: from what this replica
+/// fetched last, or what the status says of a later fetch. Empty without `spec.screen`.
+pub fn rhythms<K: OwnerResource>(
+    ctx: &Context,
+    uid: &str,
+    obj: &K,
+    previous: &OwnerStatus,
+) -> BTreeMap<String, Rhythm> {
+    let Some(Ok(policy)) = obj.screen().map(ScreenPolicy::parse) else {
+        return BTreeMap::new();
+    };
+    let now = Timestamp::now();
+    let remembered = ctx.screens.get(uid);
+    obj.variants()
+        .iter()
+        .map(|v| {
+            let before = latest(remembered.get(&v.label), previous, &v.label);
+            (v.label.clone(), rhythm(&policy, &before, now))
+        })
+        .collect()
+}
+
+/// What this replica fetched last of variant `label`'s screen (`remembered`), unless the
+/// status says of a later fetch (another leader's).
+fn latest(
+    remembered: Option<&VariantScreen>,
+    previous: &OwnerStatus,
+    label: &str,
+) -> VariantScreen {
+    let written = previous
+        .variants
+        .iter()
+        .find(|s| s.label == label)
+        .and_then(|s| s.screen.as_deref());
+    match (remembered, written) {
+        (Some(m), Some(w)) if at(w) > at(m) => w.clone(),
+        (Some(m), _) => m.clone(),
+        (None, w) => w.cloned().unwrap_or_default(),
+    }
 }
 
 /// How long ago `tried` was, when it was (and reads).

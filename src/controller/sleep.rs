@@ -31,7 +31,7 @@ use crate::{
         devices::{Policy, Registry},
         parsed::Parsed,
         sleep::SleepPolicy,
-        wake::{Decision, Moment, Sleeper, decide},
+        wake::{Decision, Moment, Rhythm, Sleeper, decide},
     },
 };
 
@@ -168,7 +168,9 @@ pub fn prepare<K: OwnerResource>(
     match sleep {
         Ok(policy) => {
             let site = site_devices(ctx, obj, previous);
-            plan(obj.variants(), previous, devices, policy, site)
+            let uid = obj.meta().uid.as_deref().unwrap_or_default();
+            let rhythms = super::screens::rhythms(ctx, uid, obj, previous);
+            plan(obj.variants(), previous, devices, policy, site, &rhythms)
         }
         Err(problem) => {
             problems.push(problem.clone());
@@ -184,6 +186,7 @@ pub fn plan(
     devices: &Policy,
     sleep: &SleepPolicy,
     (site, accepted): (Vec<DeviceStatus>, Option<Timestamp>),
+    rhythms: &BTreeMap<String, Rhythm>,
 ) -> Sleeping {
     let now = Timestamp::now();
     let quiet_until = sleep.quiet_until(now);
@@ -210,6 +213,7 @@ pub fn plan(
             devices: &mine,
             previous: before,
             late_after: devices.late_after,
+            screen: rhythms.get(&v.label).copied(),
         };
         decisions.insert(v.label.clone(), decide(sleep, &sleeper, &moment));
     }

@@ -11,9 +11,11 @@ use k8s_openapi::{
     ByteString, api::core::v1::Secret, apimachinery::pkg::util::intstr::IntOrString,
 };
 
-use super::devices::parse_duration;
+use k8s_openapi::jiff::Timestamp;
+
+use super::{devices::parse_duration, wake::Rhythm};
 use crate::crd::{
-    ServiceSpec, Variant,
+    ServiceSpec, Variant, VariantScreen,
     screen::{
         DEFAULT_REFRESH_EVERY, DEFAULT_SCREEN_BYTES, DEFAULT_SCREEN_TIMEOUT, DEFAULT_SCREEN_TYPES,
         MAX_SCREEN_BYTES, ScreenSpec,
@@ -144,6 +146,27 @@ impl ScreenPolicy {
         };
         every.saturating_sub(since_tried)
     }
+}
+
+/// The rhythm of a variant's screen from what its status (or the leader's memory) says of it
+/// (R53): when it was last fetched, and when the next fetch is due (after a failure, or with
+/// none yet, as soon as a fetch is tried again).
+pub fn rhythm(policy: &ScreenPolicy, s: &VariantScreen, now: Timestamp) -> Rhythm {
+    let at = |t: Option<&str>| t.and_then(|t| t.parse::<Timestamp>().ok());
+    let fetched = at(s.fetched_at.as_deref());
+    let tried = at(s.tried_at.as_deref());
+    let after = |t: Timestamp, d: Duration| {
+        t.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        ))
+        .unwrap_or(t)
+    };
+    let due = match (fetched, tried) {
+        (Some(f), _) if !s.stale => after(f, policy.refresh_every),
+        (_, Some(t)) => after(t, policy.due_in(Duration::ZERO, true)),
+        (_, None) => now,
+    };
+    Rhythm { fetched, due }
 }
 
 /// Whether `path` is one the operator asks for: starting with '/', at most 1024 bytes, no

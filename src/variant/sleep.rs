@@ -206,13 +206,16 @@ pub fn poll_refresh(keep_warm: Duration, persist_every: Duration) -> Duration {
 /// Idle, and no poll written since it went idle asks for the wake yet), when it learnt
 /// another interval, when it is the first to tell the device to come back (the variant waits
 /// `keepWarm` after that), and when the written poll is `refresh` old. Every other poll changes no decision, and writes nothing:
-/// a device polling ten times a second costs no more writes than one polling once.
+/// a device polling ten times a second costs no more writes than one polling once. With
+/// `spec.screen` (`polls_wake` false, R53) a poll wakes nothing and tells no device to come
+/// back, so neither is a reason to write.
 pub fn poll_must_persist(
     entry: Option<&DeviceStatus>,
     variant: Option<&VariantStatus>,
     stats: &PollStats,
     now: Timestamp,
     refresh: Duration,
+    polls_wake: bool,
 ) -> bool {
     let Some(written) = entry.and_then(|e| e.poll.as_ref()) else {
         return true;
@@ -226,13 +229,13 @@ pub fn poll_must_persist(
         .and_then(|s| at(&s.since));
     // A poll written at or after the time it went idle (times have whole seconds) asks for
     // the wake already: the leader that idled it had not seen it, and sees it next.
-    if idle_since.is_some_and(|since| last < since) {
+    if polls_wake && idle_since.is_some_and(|since| last < since) {
         return true;
     }
     if written.interval_seconds != stats.interval_seconds {
         return true;
     }
-    if written.retry_at.is_none() && stats.retry_at.is_some() {
+    if polls_wake && written.retry_at.is_none() && stats.retry_at.is_some() {
         return true;
     }
     now.as_second().saturating_sub(last.as_second()) >= secs(refresh)

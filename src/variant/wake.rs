@@ -32,6 +32,18 @@ pub struct Sleeper<'a> {
     pub previous: Option<&'a VariantSleep>,
     /// Silent this long, a device is Late (the Mutation's lateAfter).
     pub late_after: Duration,
+    /// With `spec.screen` (R53): the rhythm of its screen, which alone wakes it while a device
+    /// is online; polls do not.
+    pub screen: Option<Rhythm>,
+}
+
+/// When a variant's screen was last fetched and when the next fetch is due (R53).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rhythm {
+    /// When its renderer last answered a screen, if it did.
+    pub fetched: Option<Timestamp>,
+    /// When the next fetch is due: now or past when there is no good screen.
+    pub due: Timestamp,
 }
 
 /// The clock and what holds for every variant of the namespace at once.
@@ -241,6 +253,12 @@ fn up(
     since: Timestamp,
     next: &mut Option<Timestamp>,
 ) -> Option<Up> {
+    if let Some(rhythm) = variant.screen {
+        if online(variant).next().is_some() {
+            return screen_up(policy, rhythm, now, next);
+        }
+        return no_device_online(policy, variant, now, was, since, next);
+    }
     // Each poll keeps it up keepWarm; one that found it not ready, keepWarm after the device
     // was told to come back.
     let recent = variant
@@ -293,8 +311,50 @@ fn up(
     if online(variant).next().is_some() {
         return None;
     }
-    // No device online: up for idleAfter after the last went Late (or, with none ever heard,
-    // after the variant was last put up).
+    no_device_online(policy, variant, now, was, since, next)
+}
+
+/// With a device online and `spec.screen` (R53): up from `warmup` before its screen is due
+/// until it is fetched, and `keepWarm` after a fetch; else down until `warmup` before the next
+/// is due.
+fn screen_up(
+    policy: &SleepPolicy,
+    rhythm: Rhythm,
+    now: Timestamp,
+    next: &mut Option<Timestamp>,
+) -> Option<Up> {
+    let start = plus(rhythm.due, -secs(policy.warmup));
+    if now >= start {
+        return Some(Up {
+            cause: WakeCause::Ahead,
+            reason: format!("its screen is due at {}", rfc3339(rhythm.due)),
+            until: None,
+        });
+    }
+    if let Some(fetched) = rhythm.fetched {
+        let until = plus(fetched, secs(policy.keep_warm));
+        if now < until {
+            return Some(Up {
+                cause: WakeCause::Ahead,
+                reason: format!("its screen was fetched at {}", rfc3339(fetched)),
+                until: Some(until),
+            });
+        }
+    }
+    *next = [*next, Some(start)].into_iter().flatten().min();
+    None
+}
+
+/// With no device online: up for idleAfter after the last went Late (or, with none ever
+/// heard, after the variant was last put up).
+fn no_device_online(
+    policy: &SleepPolicy,
+    variant: &Sleeper<'_>,
+    now: Timestamp,
+    was: SleepState,
+    since: Timestamp,
+    next: &mut Option<Timestamp>,
+) -> Option<Up> {
     let late = variant
         .devices
         .iter()
@@ -324,6 +384,10 @@ fn up(
 
 /// When `variant` (down now) is next started ahead of a device's poll.
 fn wake_ahead(policy: &SleepPolicy, variant: &Sleeper<'_>, now: Timestamp) -> Option<Timestamp> {
+    if let Some(rhythm) = variant.screen {
+        let start = plus(rhythm.due, -secs(policy.warmup));
+        return (start > now && online(variant).next().is_some()).then_some(start);
+    }
     online(variant)
         .filter_map(|d| window(policy, d, now))
         .map(|(start, _, _)| start)
@@ -334,6 +398,14 @@ fn wake_ahead(policy: &SleepPolicy, variant: &Sleeper<'_>, now: Timestamp) -> Op
 fn idle_reason(variant: &Sleeper<'_>, now: Timestamp) -> String {
     if variant.devices.is_empty() {
         return "no device uses it".to_owned();
+    }
+    if let Some(rhythm) = variant.screen
+        && online(variant).next().is_some()
+    {
+        return format!(
+            "asleep until its screen is due at {} (polls do not wake it: spec.screen)",
+            rfc3339(rhythm.due)
+        );
     }
     let next = online(variant)
         .filter_map(|d| {

@@ -379,3 +379,55 @@ async fn screens_past_the_cache_bound_are_not_kept() {
         "{refused}"
     );
 }
+
+/// R53, R42: with spec.screen and sleep, the screen's refresh wakes the variant, not its
+/// devices' polls: a device polling every second for 25 s never wakes it (no wake by poll, no
+/// `retryAfterSeconds`), it is Idle between refreshes, and it is started ahead of each
+/// refresh, whose fetch reaches the renderer.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn with_sleep_the_refresh_wakes_the_renderer_not_the_polls() {
+    let f = Fixture::with_api("screens-sleep").await;
+    let r = Renderer::start().await;
+    r.set("/a.bmp", Answer::bmp(b"BM-sleepy"));
+    point(&f, "web-a", &r).await;
+    let mut m = fleet("10s");
+    // No pod of the variant's own in the Service's endpoints (kwok's addresses answer nothing):
+    // the renderer stand-in is its one endpoint.
+    m["spec"]["variants"] = json!([{"label": "a", "instances": 0, "enrollable": true}]);
+    m["spec"]["devices"] = json!({"enrollment": "Open", "lateAfter": "30s", "goneAfter": "60s",
+        "persistEvery": "10s", "sleep": {"idleAfter": "60s", "warmup": "2s", "keepWarm": "2s",
+        "maxWakePerHour": 3600}});
+    f.apply::<Mutation>(&m).await;
+    screen_status(&f, "a", |s| s["etag"].is_string()).await;
+    let key = f.token("web").await;
+    let token = enrolled(&f, "web", &key, json!({"id": "d-1", "label": "a"})).await;
+    let (mut idle_seen, started) = (0, std::time::Instant::now());
+    while started.elapsed() < Duration::from_secs(25) {
+        let polled = get(&f, "/devices/d-1/poll", &token, None).await;
+        assert_eq!(polled.status, 200, "{polled:?}");
+        let answer = polled.json();
+        assert!(answer["retryAfterSeconds"].is_null(), "{answer}");
+        assert!(answer["screen"]["etag"].is_string(), "{answer}");
+        let m = f.mutations().get("web").await.unwrap();
+        let status = serde_json::to_value(m.status.unwrap_or_default()).unwrap();
+        if status["variants"][0]["sleep"]["state"] == "Idle" {
+            idle_seen += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(idle_seen >= 5, "Idle in {idle_seen} of the samples");
+    let text = common::http::request(f.operator.metrics_port, "GET", "/metrics", None, None)
+        .await
+        .body;
+    let wakes = |cause: &str| {
+        let series = format!("mutantops_variant_wakes_total{{cause=\"{cause}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {series}"))
+    };
+    assert_eq!(wakes("poll"), 0.0, "a poll woke the renderer");
+    assert!(wakes("ahead") >= 1.0, "never started ahead of a refresh");
+    assert!(r.hits("/a.bmp") >= 3, "{} fetches", r.hits("/a.bmp"));
+}

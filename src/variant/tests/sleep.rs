@@ -60,6 +60,7 @@ fn run(devices: &[DeviceStatus], previous: Option<&VariantSleep>, m: &Moment) ->
         devices: &refs,
         previous,
         late_after: Duration::from_secs(300),
+        screen: None,
     };
     decide(&policy(), &sleeper, m)
 }
@@ -387,7 +388,7 @@ fn a_poll_is_written_only_when_the_decision_needs_it() {
     let awake = sleeping(SleepState::Awake, 50);
     let same = stats(101, Some(3600), None);
     let must = |entry: Option<&DeviceStatus>, v: &VariantStatus, s: &PollStats, now: i64| {
-        poll_must_persist(entry, Some(v), s, t(now), refresh)
+        poll_must_persist(entry, Some(v), s, t(now), refresh, true)
     };
     assert!(must(None, &awake, &same, 101), "a device not listed yet");
     let unpolled = DeviceStatus {
@@ -454,4 +455,68 @@ fn a_poll_is_written_only_when_the_decision_needs_it() {
         ),
         "the first time it is told to come back"
     );
+}
+
+/// R53, R42: with spec.screen a variant's screen sets when it is up, not its devices' polls:
+/// down though a device polled just now, up `warmup` before the screen is due (ahead), kept up
+/// `keepWarm` after the fetch, then down until `warmup` before the next; with no device online
+/// it idles as without screens.
+#[test]
+fn with_screens_the_refresh_wakes_the_variant_not_the_polls() {
+    let run =
+        |devices: &[DeviceStatus], previous: Option<&VariantSleep>, now: i64, rhythm: Rhythm| {
+            let refs: Vec<&DeviceStatus> = devices.iter().collect();
+            let sleeper = Sleeper {
+                devices: &refs,
+                previous,
+                late_after: Duration::from_secs(300),
+                screen: Some(rhythm),
+            };
+            decide(&policy(), &sleeper, &moment(now))
+        };
+    let polling = [device("a", 0, Some(60), DeviceState::Online)];
+    let first = Rhythm {
+        fetched: Some(t(-100)),
+        due: t(800),
+    };
+    let awake = state(SleepState::Awake, -200);
+    let d = run(&polling, Some(&awake), 0, first);
+    assert_eq!(d.sleep.state, SleepState::Idle, "{d:?}");
+    assert_eq!(d.next, Some(Duration::from_secs(790)), "{d:?}");
+    let idle = d.sleep.clone();
+    assert!(idle.reason.contains("screen is due"), "{idle:?}");
+    // Polls while it sleeps do not wake it.
+    let polled = [device("a", 400, Some(60), DeviceState::Online)];
+    let d = run(&polled, Some(&idle), 400, first);
+    assert_eq!((d.sleep.state, d.woke), (SleepState::Idle, None), "{d:?}");
+    // Ahead of the refresh.
+    let d = run(&polled, Some(&idle), 790, first);
+    assert_eq!(d.sleep.state, SleepState::Awake, "{d:?}");
+    assert_eq!(d.woke, Some(WakeCause::Ahead));
+    let up = d.sleep.clone();
+    // Fetched at 805: up until 825, then down until 1695.
+    let second = Rhythm {
+        fetched: Some(t(805)),
+        due: t(1705),
+    };
+    assert_eq!(
+        run(&polled, Some(&up), 810, second).sleep.state,
+        SleepState::Awake
+    );
+    let d = run(&polled, Some(&up), 830, second);
+    assert_eq!(d.sleep.state, SleepState::Idle, "{d:?}");
+    assert_eq!(d.next, Some(Duration::from_secs(865)), "{d:?}");
+    // No good screen yet: up now, whatever the polls.
+    let none = Rhythm {
+        fetched: None,
+        due: t(830),
+    };
+    assert_eq!(
+        run(&polled, Some(&idle), 830, none).sleep.state,
+        SleepState::Awake
+    );
+    // No device online: as without screens, idle once idleAfter has passed.
+    let late = [device("a", -1000, Some(60), DeviceState::Late)];
+    let d = run(&late, Some(&awake), 0, none);
+    assert_eq!(d.sleep.state, SleepState::Idle, "{d:?}");
 }
