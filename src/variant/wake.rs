@@ -9,7 +9,9 @@
 //! and while an Online device polls at no known interval; with no Online device it stays up
 //! `idleAfter` after the last went Late. Inside quiet hours it is down. A variant that started
 //! `maxWakePerHour` times within the hour stays up rather than start again; one whose site went
-//! silent is not put down.
+//! silent is not put down. With `spec.screen` (R53) its screen's refresh takes the polls' place:
+//! while a device is online it is up from `warmup` before its screen is due until `keepWarm`
+//! after the fetch, and no poll wakes it.
 
 use std::time::Duration;
 

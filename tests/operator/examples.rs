@@ -1,4 +1,5 @@
-//! The two examples of deploy/examples/ (nginx-mutant, browser-snap), applied as written.
+//! Two examples of deploy/examples/ (nginx-mutant, browser-snap), applied as written; the third,
+//! browser-snap-screens, is applied by `screens.rs`.
 
 use kube::api::DeleteParams;
 use serde_json::json;

@@ -431,3 +431,40 @@ async fn with_sleep_the_refresh_wakes_the_renderer_not_the_polls() {
     assert!(wakes("ahead") >= 1.0, "never started ahead of a refresh");
     assert!(r.hits("/a.bmp") >= 3, "{} fetches", r.hits("/a.bmp"));
 }
+
+/// R53: deploy/examples/browser-snap-screens.yaml, applied as written: its Service is
+/// ClusterIP (nothing on the LAN reaches the renderer), and the screen its renderer answers
+/// is served to an enrolled display by the API.
+#[tokio::test]
+#[ignore = "needs a cluster: scripts/test runs them"]
+async fn the_screens_example_serves_a_screen_over_a_cluster_ip_service() {
+    let f = Fixture::with_api("screens-example").await;
+    let r = Renderer::start().await;
+    r.set("/screen.bmp", Answer::bmp(b"BM-example"));
+    point(&f, "browser-snap-screens-lilygo47", &r).await;
+    let mut manifest = example("browser-snap-screens.yaml");
+    // The stand-in is the Service's one endpoint: no pod of kwok's (whose addresses answer
+    // nothing) beside it.
+    manifest["spec"]["variants"][0]["instances"] = json!(0);
+    f.apply::<Mutation>(&manifest).await;
+    let m = f
+        .wait_status::<Mutation>("browser-snap-screens", "a screen", |s| {
+            s.variants.iter().any(|v| {
+                v.screen.as_ref().is_some_and(|s| s.etag.is_some())
+                    && v.service.as_ref().is_some_and(|s| s.type_ == "ClusterIP")
+            })
+        })
+        .await;
+    let etag = m.variants[0].screen.as_ref().unwrap().etag.clone().unwrap();
+    let key = f.token("browser-snap-screens").await;
+    let body = json!({"id": "lilygo-1", "label": "lilygo47"});
+    let token = enrolled(&f, "browser-snap-screens", &key, body).await;
+    let path = format!(
+        "/api/v1/namespaces/{}/mutations/browser-snap-screens/devices/lilygo-1/screen",
+        f.ns.name
+    );
+    let reply = common::http::request(f.operator.api_port, "GET", &path, Some(&token), None).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.body, "BM-example");
+    assert_eq!(header(&reply, "etag"), Some(etag.as_str()));
+}

@@ -1,5 +1,6 @@
 use super::*;
 use crate::crd::{ServicePortSpec, ServiceSpec};
+use crate::variant::wake::Rhythm;
 
 fn spec(port: IntOrString) -> ScreenSpec {
     ScreenSpec {
@@ -131,4 +132,43 @@ fn the_etag_is_the_quoted_sha256() {
         "\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\""
     );
     assert_eq!(screen_secret_name("snap", "lobby"), "snap-screen-lobby");
+}
+
+#[test]
+fn the_next_fetch_is_due_a_refresh_after_a_good_one_and_soon_after_a_failure() {
+    // R53: the rhythm sleep follows.
+    let p = ScreenPolicy::parse(&spec(IntOrString::Int(80))).unwrap();
+    let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+    let now = t(1000);
+    let good = VariantScreen {
+        fetched_at: Some(t(100).to_string()),
+        tried_at: Some(t(100).to_string()),
+        ..VariantScreen::default()
+    };
+    assert_eq!(
+        rhythm(&p, &good, now),
+        Rhythm {
+            fetched: Some(t(100)),
+            due: t(1000)
+        }
+    );
+    let failed = VariantScreen {
+        tried_at: Some(t(990).to_string()),
+        stale: true,
+        ..good.clone()
+    };
+    assert_eq!(
+        rhythm(&p, &failed, now),
+        Rhythm {
+            fetched: Some(t(100)),
+            due: t(1020)
+        }
+    );
+    assert_eq!(
+        rhythm(&p, &VariantScreen::default(), now),
+        Rhythm {
+            fetched: None,
+            due: now
+        }
+    );
 }
