@@ -287,9 +287,6 @@ pub struct VariantRequest {
     /// [`Variant::by_token`]: the owner's only (a token's is refused, R32).
     #[serde(default, rename = "byToken")]
     pub by_token: Option<bool>,
-    /// [`Variant::screen_path`]: the owner's only (a token's is refused, R53).
-    #[serde(default, rename = "screenPath")]
-    pub screen_path: Option<String>,
 }
 
 fn one() -> i32 {
@@ -313,7 +310,6 @@ impl From<VariantRequest> for Variant {
             by_token: r.by_token,
             enrollable: r.enrollable,
             sleep: None,
-            screen_path: r.screen_path,
         }
     }
 }

@@ -34,10 +34,15 @@ pub struct ScreenSpec {
     #[schemars(schema_with = "int_or_string")]
     pub port: IntOrString,
 
-    /// The path of the picture, starting with '/' (a query may follow); a variant's
-    /// screenPath overrides it.
+    /// The path of the picture, starting with '/' (a query may follow).
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/[^\s#]*$"))]
     pub path: String,
+
+    /// The paths of the variants whose picture is elsewhere, by label (the owner's alone: a
+    /// token never chooses where a screen is fetched from).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(schema_with = "paths_schema")]
+    pub paths: std::collections::BTreeMap<String, String>,
 
     /// How old a screen may get before it is fetched again (default 15m, at least 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +101,20 @@ pub struct VariantScreen {
     /// What the last fetch found, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// Schema of `paths`: at most 500, each a path as `path` is.
+fn paths_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 500,
+        "additionalProperties": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 1024,
+            "pattern": "^/[^\\s#]*$"
+        }
+    })
 }
 
 /// Schema of a field that is a number or a string, as Kubernetes' IntOrString.

@@ -88,11 +88,6 @@ pub struct Variant {
     /// `false`: the variant never sleeps, even when `spec.devices.sleep` is set (pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep: Option<bool>,
-    /// The path of this variant's picture, instead of `spec.screen.path` (Mutations with
-    /// spec.screen). Only the owner sets it: a token's request with it is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/[^\s#]*$"))]
-    pub screen_path: Option<String>,
 }
 
 fn default_instances() -> i32 {
@@ -114,7 +109,6 @@ impl Default for Variant {
             by_token: None,
             enrollable: None,
             sleep: None,
-            screen_path: None,
         }
     }
 }

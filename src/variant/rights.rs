@@ -163,14 +163,6 @@ pub fn token_may_mark(v: &Variant) -> Result<(), String> {
             v.label
         ));
     }
-    // R53: the screen's URL is built from the owner's spec and the variant's own Service,
-    // never from what a device sends.
-    if v.screen_path.is_some() {
-        return Err(format!(
-            "screenPath (variant {:?}): only the owner (the spec, or the admin token) sets where              a variant's screen is fetched",
-            v.label
-        ));
-    }
     Ok(())
 }
 

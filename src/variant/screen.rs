@@ -42,6 +42,8 @@ pub struct ScreenPolicy {
     pub port: IntOrString,
     /// The path of the picture.
     pub path: String,
+    /// The paths of the variants that have their own.
+    pub paths: std::collections::BTreeMap<String, String>,
     /// How old a screen may get before it is fetched again.
     pub refresh_every: Duration,
     /// How long one fetch may take.
@@ -85,6 +87,9 @@ impl ScreenPolicy {
             ));
         }
         path_ok(&spec.path).map_err(|e| format!("spec.screen.path: {e}"))?;
+        for (label, path) in &spec.paths {
+            path_ok(path).map_err(|e| format!("spec.screen.paths.{label}: {e}"))?;
+        }
         if let IntOrString::Int(port) = spec.port
             && !(1..=65535).contains(&port)
         {
@@ -98,6 +103,7 @@ impl ScreenPolicy {
         Ok(ScreenPolicy {
             port: spec.port.clone(),
             path: spec.path.clone(),
+            paths: spec.paths.clone(),
             refresh_every,
             timeout,
             max_bytes: usize::try_from(max_bytes).unwrap_or(0),
@@ -105,9 +111,9 @@ impl ScreenPolicy {
         })
     }
 
-    /// The path of `v`'s picture: its own `screenPath`, or the spec's.
-    pub fn path_of<'a>(&'a self, v: &'a Variant) -> &'a str {
-        v.screen_path.as_deref().unwrap_or(&self.path)
+    /// The path of `v`'s picture: its own in `spec.screen.paths`, or the spec's.
+    pub fn path_of<'a>(&'a self, v: &Variant) -> &'a str {
+        self.paths.get(&v.label).map_or(&self.path, String::as_str)
     }
 
     /// The name of the owner's Service port the screen is fetched from (`""` for an unnamed

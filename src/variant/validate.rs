@@ -99,11 +99,6 @@ pub fn validate_variant(base_name: &str, v: &Variant) -> Result<(), String> {
         ));
     }
     super::placement::placement_problems(v, &mut problems);
-    if let Some(path) = &v.screen_path
-        && let Err(e) = super::screen::path_ok(path)
-    {
-        problems.push(format!("screenPath {e}"));
-    }
     join(problems)
 }
 

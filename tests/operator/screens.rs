@@ -43,15 +43,16 @@ async fn point(f: &Fixture, service: &str, r: &Renderer) {
 
 /// Mutation `web` with a Service port `http`, `spec.screen` on it (refreshed every
 /// `refresh`), devices enrolling freely, and variants `a` (path /a.bmp) and `b` (its own
-/// screenPath /b.bmp), both open to enrollment.
+/// its own path /b.bmp), both open to enrollment.
 fn fleet(refresh: &str) -> Value {
     let variants = json!([
         {"label": "a", "instances": 0, "enrollable": true},
-        {"label": "b", "instances": 0, "enrollable": true, "screenPath": "/b.bmp"},
+        {"label": "b", "instances": 0, "enrollable": true},
     ]);
     let mut m = mutation("web", base("web"), variants);
     m["spec"]["service"] = json!({"ports": [{"name": "http", "port": 80, "targetPort": 8080}]});
-    m["spec"]["screen"] = json!({"port": "http", "path": "/a.bmp", "refreshEvery": refresh});
+    m["spec"]["screen"] = json!({"port": "http", "path": "/a.bmp", "refreshEvery": refresh,
+                                 "paths": {"b": "/b.bmp"}});
     m["spec"]["devices"] = json!({"enrollment": "Open"});
     m
 }
@@ -299,10 +300,10 @@ async fn screens_are_fetched_once_per_refresh_and_served_by_etag() {
 }
 
 /// R53: without spec.screen the screen routes answer 404 naming it; a screen not fetched
-/// yet is 503 with Retry-After; a token may not choose where a screen is fetched from.
+/// yet is 503 with Retry-After.
 #[tokio::test]
 #[ignore = "needs a cluster: scripts/test runs them"]
-async fn no_screen_is_404_none_yet_is_503_and_a_token_sets_no_screen_path() {
+async fn no_screen_is_404_and_none_yet_is_503() {
     let f = Fixture::with_api("screens-none").await;
     f.apply::<Mutation>(&mutation(
         "plain",
@@ -318,14 +319,6 @@ async fn no_screen_is_404_none_yet_is_503_and_a_token_sets_no_screen_path() {
     let none = common::http::request(f.operator.api_port, "GET", &path, Some(&token), None).await;
     assert_eq!(none.status, 404, "{none:?}");
     assert!(none.body.contains("spec.screen"), "{none:?}");
-    let added = f
-        .add_variant(
-            "plain",
-            &token,
-            &json!({"label": "b", "instances": 0, "screenPath": "/x"}),
-        )
-        .await;
-    added.assert_refused(403, &["screenPath"]);
 
     // The renderer has no endpoint yet: nothing to serve.
     let mut m = fleet("1h");

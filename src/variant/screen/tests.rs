@@ -6,6 +6,7 @@ fn spec(port: IntOrString) -> ScreenSpec {
     ScreenSpec {
         port,
         path: "/screen.bmp".to_string(),
+        paths: Default::default(),
         refresh_every: None,
         timeout: None,
         max_bytes: None,
@@ -35,6 +36,19 @@ fn defaults_and_bounds_of_spec_screen() {
     refused(|s| s.path = "screen.bmp".into(), "path");
     refused(|s| s.path = "/a b".into(), "path");
     refused(|s| s.port = IntOrString::Int(0), "port");
+    refused(|s| s.paths = [("b".into(), "x".into())].into(), "paths.b");
+}
+
+#[test]
+fn a_variant_may_have_a_path_of_its_own() {
+    let mut s = spec(IntOrString::Int(80));
+    s.paths = [("b".into(), "/b.bmp".into())].into();
+    let p = ScreenPolicy::parse(&s).unwrap();
+    let variant = |label: &str| -> Variant {
+        serde_json::from_value(serde_json::json!({"label": label})).unwrap()
+    };
+    assert_eq!(p.path_of(&variant("a")), "/screen.bmp");
+    assert_eq!(p.path_of(&variant("b")), "/b.bmp");
 }
 
 #[test]
