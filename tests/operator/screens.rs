@@ -14,7 +14,7 @@ use serde_json::json;
 use super::devices::enrolled;
 use super::*;
 
-mod renderer;
+pub(super) mod renderer;
 
 use renderer::{Answer, Renderer};
 
@@ -22,7 +22,7 @@ use renderer::{Answer, Renderer};
 const REFRESHED: Duration = Duration::from_secs(40);
 
 /// EndpointSlice of Service `service` naming `r` as its one ready endpoint, on port `http`.
-async fn point(f: &Fixture, service: &str, r: &Renderer) {
+pub(super) async fn point(f: &Fixture, service: &str, r: &Renderer) {
     let slice: EndpointSlice = common::from_json(json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",

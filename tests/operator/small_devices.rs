@@ -52,14 +52,15 @@ async fn read_with_budget<S: AsyncReadExt + Unpin>(stream: &mut S) -> (String, S
         .lines()
         .find_map(|l| l.strip_prefix("content-length:"))
         .map(|v| v.trim().parse::<usize>().unwrap());
+    // 204 and 304 have no body by definition (RFC 9110), so no length to say.
     let length = match (status, length) {
-        (204, None) => 0,
+        (204 | 304, None) => 0,
         (_, Some(length)) => length,
         (_, None) => panic!("an answer without Content-Length: {head}"),
     };
     let mut body = vec![0u8; length];
     stream.read_exact(&mut body).await.unwrap();
-    (head, String::from_utf8(body).unwrap())
+    (head, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Sends one request's bytes (from `common::http::Request::bytes`) and reads the answer with the
@@ -96,6 +97,12 @@ fn template(path: &str) -> &'static str {
             "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/token"
         }
         [.., "devices", _, "poll"] => "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/poll",
+        [.., "devices", _, "screen"] => {
+            "/api/v1/namespaces/{ns}/mutations/{name}/devices/{id}/screen"
+        }
+        [.., "variants", _, "screen"] => {
+            "/api/v1/namespaces/{ns}/mutations/{name}/variants/{label}/screen"
+        }
         [.., "rollout", "resume"] => "/api/v1/namespaces/{ns}/mutations/{name}/rollout/resume",
         [.., "rollout", "abort"] => "/api/v1/namespaces/{ns}/mutations/{name}/rollout/abort",
         _ => "(none)",
@@ -147,6 +154,40 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
     assert_eq!(enrolled.status, 201, "{enrolled:?}");
     let board = enrolled.json()["token"].as_str().unwrap().to_owned();
     let board = Some(board.as_str());
+    // R53: its screen, fetched from a stand-in renderer, for the screen routes.
+    let renderer = super::screens::renderer::Renderer::start().await;
+    renderer.set(
+        "/screen.bmp",
+        super::screens::renderer::Answer::bmp(&[b'B'; 48_062]),
+    );
+    super::screens::point(&f, "fleet-shared", &renderer).await;
+    let screen = json!({"spec": {
+        "service": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        "screen": {"port": "http", "path": "/screen.bmp"}}});
+    f.mutations()
+        .patch(
+            "fleet",
+            &Default::default(),
+            &kube::api::Patch::Merge(&screen),
+        )
+        .await
+        .unwrap();
+    let shown = f
+        .wait_status::<Mutation>("fleet", "a screen", |s| {
+            s.variants
+                .iter()
+                .any(|v| v.screen.as_ref().is_some_and(|s| s.etag.is_some()))
+        })
+        .await;
+    let etag = shown.variants[0]
+        .screen
+        .as_ref()
+        .unwrap()
+        .etag
+        .clone()
+        .unwrap();
+    // The table's headers live for the whole test.
+    let etag: &'static str = Box::leak(etag.into_boxed_str());
     let enroll_b = json!({"id": "b", "label": "shared"}).to_string();
     // R43: a Mutation whose rollout waits at a pause step, to resume and abort.
     let rolled = |image: &str| {
@@ -210,6 +251,30 @@ async fn every_answer_fits_a_512_byte_header_buffer_and_has_a_length() {
             p("/fleet/devices/a/poll"),
             board,
             vec![("Battery-Voltage", "4.02"), ("RSSI", "-70")],
+            None,
+            200,
+        ),
+        (
+            "GET",
+            p("/fleet/devices/a/screen"),
+            board,
+            vec![],
+            None,
+            200,
+        ),
+        (
+            "GET",
+            p("/fleet/devices/a/screen"),
+            board,
+            vec![("If-None-Match", etag)],
+            None,
+            304,
+        ),
+        (
+            "GET",
+            p("/fleet/variants/shared/screen"),
+            board,
+            vec![],
             None,
             200,
         ),
