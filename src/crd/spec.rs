@@ -220,10 +220,9 @@ owner_kind! {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Box<RolloutSpec>>,
 
-    /// Each variant's picture, fetched from its Service by the operator once per
-    /// refreshEvery, kept in a Secret the Mutation owns and served to the devices by the HTTP
-    /// API with an ETag (304 when unchanged), the last good one while the renderer sleeps or
-    /// fails. Absent: the API serves no screens.
+    /// Each variant's picture, fetched from its Service once per refreshEvery, kept in a Secret
+    /// the Mutation owns and served by the HTTP API with an ETag (304 when unchanged), the last
+    /// good one while the renderer sleeps or fails. Absent: the API serves no screens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screen: Option<Box<ScreenSpec>>,
 }
