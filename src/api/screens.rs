@@ -87,9 +87,7 @@ fn served(state: &ApiState, m: &Mutation, label: &str) -> Option<Served> {
         });
     // Stale when the last fetch failed, or when no fetch has come for longer than a refresh
     // and its timeout (no leader, say).
-    let overdue = ScreenPolicy::parse(spec)
-        .map(|p| age > (p.refresh_every + p.timeout).as_secs())
-        .unwrap_or(false);
+    let overdue = ScreenPolicy::stale_after(spec).is_some_and(|after| age > after.as_secs());
     let stale = status.is_some_and(|s| s.stale) || overdue;
     Some(Served { screen, age, stale })
 }

@@ -111,6 +111,19 @@ impl ScreenPolicy {
         })
     }
 
+    /// How long after its last fetch a screen is stale though no fetch failed (no leader has
+    /// fetched it for a refresh and a timeout), read from `spec` alone: what a request needs,
+    /// without the rest of the policy.
+    pub fn stale_after(spec: &ScreenSpec) -> Option<Duration> {
+        let every = parse_duration(
+            spec.refresh_every
+                .as_deref()
+                .unwrap_or(DEFAULT_REFRESH_EVERY),
+        );
+        let timeout = parse_duration(spec.timeout.as_deref().unwrap_or(DEFAULT_SCREEN_TIMEOUT));
+        Some(every.ok()? + timeout.ok()?)
+    }
+
     /// The path of `v`'s picture: its own in `spec.screen.paths`, or the spec's.
     pub fn path_of<'a>(&'a self, v: &Variant) -> &'a str {
         self.paths.get(&v.label).map_or(&self.path, String::as_str)
