@@ -425,7 +425,7 @@ async fn with_sleep_the_refresh_wakes_the_renderer_not_the_polls() {
     assert!(r.hits("/a.bmp") >= 3, "{} fetches", r.hits("/a.bmp"));
 }
 
-/// R53: deploy/examples/browser-snap-screens.yaml, applied as written: its Service is
+/// R53: deploy/examples/screens/browser-snap-screens.yaml, applied as written: its Service is
 /// ClusterIP (nothing on the LAN reaches the renderer), and the screen its renderer answers
 /// is served to an enrolled display by the API.
 #[tokio::test]
@@ -435,7 +435,7 @@ async fn the_screens_example_serves_a_screen_over_a_cluster_ip_service() {
     let r = Renderer::start().await;
     r.set("/screen.bmp", Answer::bmp(b"BM-example"));
     point(&f, "browser-snap-screens-lilygo47", &r).await;
-    let mut manifest = example("browser-snap-screens.yaml");
+    let mut manifest = example("screens/browser-snap-screens.yaml");
     // The stand-in is the Service's one endpoint: no pod of kwok's (whose addresses answer
     // nothing) beside it.
     manifest["spec"]["variants"][0]["instances"] = json!(0);
