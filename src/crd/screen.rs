@@ -10,6 +10,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::{service::int_or_string, sleep::duration_schema};
+
 /// Default of [`ScreenSpec::refresh_every`].
 pub const DEFAULT_REFRESH_EVERY: &str = "15m";
 /// Default of [`ScreenSpec::timeout`].
@@ -114,19 +116,5 @@ fn paths_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "maxLength": 1024,
             "pattern": "^/[^\\s#]*$"
         }
-    })
-}
-
-/// Schema of a field that is a number or a string, as Kubernetes' IntOrString.
-fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({ "x-kubernetes-int-or-string": true })
-}
-
-/// A duration as Kubernetes writes one, in whole seconds, minutes and hours.
-fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "string",
-        "maxLength": 32,
-        "pattern": "^([0-9]+(h|m|s))+$"
     })
 }

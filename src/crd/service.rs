@@ -229,7 +229,7 @@ fn source_ranges(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// Schema of a field that is a number or a string, as Kubernetes' IntOrString.
-fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(super) fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "x-kubernetes-int-or-string": true })
 }
 

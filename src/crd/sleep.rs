@@ -71,7 +71,7 @@ pub struct SleepSpec {
 }
 
 /// A duration as Kubernetes writes one, in whole seconds, minutes and hours.
-fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(super) fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",
         "maxLength": 32,

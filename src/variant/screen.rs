@@ -13,7 +13,11 @@ use k8s_openapi::{
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{devices::parse_duration, wake::Rhythm};
+use super::{
+    devices::parse_duration,
+    sleep::{at, plus, secs},
+    wake::Rhythm,
+};
 use crate::crd::{
     ServiceSpec, Variant, VariantScreen,
     screen::{
@@ -171,18 +175,11 @@ impl ScreenPolicy {
 /// (R53): when it was last fetched, and when the next fetch is due (after a failure, or with
 /// none yet, as soon as a fetch is tried again).
 pub fn rhythm(policy: &ScreenPolicy, s: &VariantScreen, now: Timestamp) -> Rhythm {
-    let at = |t: Option<&str>| t.and_then(|t| t.parse::<Timestamp>().ok());
-    let fetched = at(s.fetched_at.as_deref());
-    let tried = at(s.tried_at.as_deref());
-    let after = |t: Timestamp, d: Duration| {
-        t.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
-            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        ))
-        .unwrap_or(t)
-    };
+    let fetched = s.fetched_at.as_deref().and_then(at);
+    let tried = s.tried_at.as_deref().and_then(at);
     let due = match (fetched, tried) {
-        (Some(f), _) if !s.stale => after(f, policy.refresh_every),
-        (_, Some(t)) => after(t, policy.due_in(Duration::ZERO, true)),
+        (Some(f), _) if !s.stale => plus(f, secs(policy.refresh_every)),
+        (_, Some(t)) => plus(t, secs(policy.due_in(Duration::ZERO, true))),
         (_, None) => now,
     };
     Rhythm { fetched, due }
