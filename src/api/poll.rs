@@ -88,7 +88,7 @@ pub async fn poll(
         service: service_of(&m, variant),
         retry_after_seconds: retry,
         refresh_seconds: refresh,
-        screen: super::screens::summary(state, &m, variant),
+        screen: super::screens::summary(state, &m, &parsed, variant),
     };
     let mut answer = http::json(StatusCode::OK, &view);
     if let Some(seconds) = retry {

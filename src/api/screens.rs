@@ -29,7 +29,8 @@ use crate::{
     http::Body,
     variant::{
         is_controlled_by,
-        screen::{Screen, ScreenPolicy, screen_secret_name},
+        parsed::Parsed,
+        screen::{Screen, screen_secret_name},
     },
 };
 
@@ -59,9 +60,10 @@ struct Served {
     stale: bool,
 }
 
-/// `label`'s screen in `m`, if `m` has `spec.screen` and this replica holds one.
-fn served(state: &ApiState, m: &Mutation, label: &str) -> Option<Served> {
-    let spec = m.spec.screen.as_deref()?;
+/// `label`'s screen in `m`, if `m` has `spec.screen` and this replica holds one; `parsed`
+/// is `m`'s policies as the cache parsed them.
+fn served(state: &ApiState, m: &Mutation, parsed: &Parsed, label: &str) -> Option<Served> {
+    m.spec.screen.as_deref()?;
     let (ns, name, uid) = (
         m.metadata.namespace.as_deref()?,
         m.metadata.name.as_deref()?,
@@ -87,14 +89,21 @@ fn served(state: &ApiState, m: &Mutation, label: &str) -> Option<Served> {
         });
     // Stale when the last fetch failed, or when no fetch has come for longer than a refresh
     // and its timeout (no leader, say).
-    let overdue = ScreenPolicy::stale_after(spec).is_some_and(|after| age > after.as_secs());
+    let overdue = parsed
+        .screen()
+        .is_some_and(|p| age > p.stale_after().as_secs());
     let stale = status.is_some_and(|s| s.stale) || overdue;
     Some(Served { screen, age, stale })
 }
 
 /// The poll's `screen` for variant `label` of `m`, when there is one.
-pub fn summary(state: &ApiState, m: &Mutation, label: &str) -> Option<ScreenSummary> {
-    let s = served(state, m, label)?;
+pub fn summary(
+    state: &ApiState,
+    m: &Mutation,
+    parsed: &Parsed,
+    label: &str,
+) -> Option<ScreenSummary> {
+    let s = served(state, m, parsed, label)?;
     Some(ScreenSummary {
         etag: s.screen.etag.clone(),
         content_type: s.screen.content_type.clone(),
@@ -153,7 +162,7 @@ fn answer(state: &ApiState, m: &Mutation, label: &str, headers: &HeaderMap) -> A
             m.metadata.name.as_deref().unwrap_or_default()
         )));
     }
-    let Some(served) = served(state, m, label) else {
+    let Some(served) = served(state, m, &state.caches.parsed(m), label) else {
         let mut refused = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(

@@ -18,6 +18,7 @@ use crate::{
     metrics::screens::{NEW, UNCHANGED},
     variant::{
         CachedSecret, OWNER_LABEL, Owner, VARIANT_LABEL, deployment_name, is_controlled_by,
+        parsed::Parsed,
         screen::{Failure, Screen, ScreenPolicy, etag_of, rhythm, screen_secret_name},
         wake::Rhythm,
     },
@@ -90,21 +91,21 @@ impl Feature for Screens {
 }
 
 /// Fetches the screens of `obj`'s variants that are due and keeps those that changed; reports
-/// a `spec.screen` that does not hold in `problems`.
+/// a `spec.screen` that does not hold in `problems`. `parsed` is `obj`'s policies as the cache
+/// parsed them (R50).
 pub async fn prepare<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
+    parsed: &Parsed,
     previous: &OwnerStatus,
     problems: &mut Vec<String>,
 ) -> Result<Screens> {
-    let Some(spec) = obj.screen() else {
-        return Ok(Screens::default());
-    };
-    let policy = match ScreenPolicy::parse(spec) {
-        Ok(policy) => policy,
-        Err(problem) => {
-            problems.push(problem);
+    let policy = match &parsed.screen {
+        None => return Ok(Screens::default()),
+        Some(Ok(policy)) => policy,
+        Some(Err(problem)) => {
+            problems.push(problem.clone());
             return Ok(Screens::default());
         }
     };
@@ -131,7 +132,7 @@ pub async fn prepare<K: OwnerResource>(
             screens.statuses.insert(v.label.clone(), before);
         }
     }
-    let (policy, port, base_name) = (&policy, &port, &base_name);
+    let (port, base_name) = (&port, &base_name);
     let fetched: Vec<(String, VariantScreen)> = stream::iter(due)
         .map(|(v, before)| refresh(ctx, owner, policy, port, base_name, v, before, now))
         .buffer_unordered(AT_ONCE)
@@ -164,9 +165,10 @@ pub fn rhythms<K: OwnerResource>(
     ctx: &Context,
     uid: &str,
     obj: &K,
+    parsed: &Parsed,
     previous: &OwnerStatus,
 ) -> BTreeMap<String, Rhythm> {
-    let Some(Ok(policy)) = obj.screen().map(ScreenPolicy::parse) else {
+    let Some(policy) = parsed.screen() else {
         return BTreeMap::new();
     };
     let now = Timestamp::now();
@@ -175,7 +177,7 @@ pub fn rhythms<K: OwnerResource>(
         .iter()
         .map(|v| {
             let before = latest(remembered.get(&v.label), previous, &v.label);
-            (v.label.clone(), rhythm(&policy, &before, now))
+            (v.label.clone(), rhythm(policy, &before, now))
         })
         .collect()
 }

@@ -169,7 +169,7 @@ pub fn prepare<K: OwnerResource>(
         Ok(policy) => {
             let site = site_devices(ctx, obj, previous);
             let uid = obj.meta().uid.as_deref().unwrap_or_default();
-            let rhythms = super::screens::rhythms(ctx, uid, obj, previous);
+            let rhythms = super::screens::rhythms(ctx, uid, obj, parsed, previous);
             plan(obj.variants(), previous, devices, policy, site, &rhythms)
         }
         Err(problem) => {

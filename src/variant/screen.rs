@@ -116,16 +116,9 @@ impl ScreenPolicy {
     }
 
     /// How long after its last fetch a screen is stale though no fetch failed (no leader has
-    /// fetched it for a refresh and a timeout), read from `spec` alone: what a request needs,
-    /// without the rest of the policy.
-    pub fn stale_after(spec: &ScreenSpec) -> Option<Duration> {
-        let every = parse_duration(
-            spec.refresh_every
-                .as_deref()
-                .unwrap_or(DEFAULT_REFRESH_EVERY),
-        );
-        let timeout = parse_duration(spec.timeout.as_deref().unwrap_or(DEFAULT_SCREEN_TIMEOUT));
-        Some(every.ok()? + timeout.ok()?)
+    /// fetched it for a refresh and a timeout).
+    pub fn stale_after(&self) -> Duration {
+        self.refresh_every + self.timeout
     }
 
     /// The path of `v`'s picture: its own in `spec.screen.paths`, or the spec's.

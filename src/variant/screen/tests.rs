@@ -190,13 +190,11 @@ fn the_next_fetch_is_due_a_refresh_after_a_good_one_and_soon_after_a_failure() {
 #[test]
 fn a_screen_is_stale_a_refresh_and_a_timeout_after_its_fetch() {
     let mut s = spec(IntOrString::Int(80));
-    assert_eq!(
-        ScreenPolicy::stale_after(&s),
-        Some(Duration::from_secs(910))
-    );
+    let after = |s: &ScreenSpec| ScreenPolicy::parse(s).map(|p| p.stale_after());
+    assert_eq!(after(&s), Ok(Duration::from_secs(910)));
     s.refresh_every = Some("1m".into());
     s.timeout = Some("5s".into());
-    assert_eq!(ScreenPolicy::stale_after(&s), Some(Duration::from_secs(65)));
+    assert_eq!(after(&s), Ok(Duration::from_secs(65)));
     s.timeout = Some("soon".into());
-    assert_eq!(ScreenPolicy::stale_after(&s), None);
+    assert!(after(&s).is_err());
 }
