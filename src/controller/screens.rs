@@ -25,6 +25,7 @@ use crate::{
 };
 
 mod fetch;
+mod wire;
 
 /// The condition a Mutation carries while a variant's screen is stale.
 pub const SCREEN_STALE: &str = "ScreenStale";

@@ -5,12 +5,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http_body_util::{BodyExt, Empty};
-use hyper::{Request, body::Bytes, header};
-use hyper_util::rt::TokioIo;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::{Api, Client, api::ListParams};
+use kube::Client;
+use serde::Deserialize;
+use tokio::net::TcpStream;
 
+use super::wire::{self, Framing, WireError};
 use crate::variant::screen::{Failure, ScreenPolicy, judge};
 
 /// A picture the renderer answered, as kept.
@@ -48,6 +47,37 @@ pub async fn fetch(
     }
 }
 
+/// The parts of a list of EndpointSlices the fetch reads: decoding these alone keeps the
+/// decoder of the whole EndpointSlice type out of the binary. Go writes an empty list as
+/// `null`, so every list is optional.
+#[derive(Deserialize)]
+struct Slices {
+    items: Option<Vec<Slice>>,
+}
+
+#[derive(Deserialize)]
+struct Slice {
+    endpoints: Option<Vec<Endpoint>>,
+    ports: Option<Vec<SlicePort>>,
+}
+
+#[derive(Deserialize)]
+struct Endpoint {
+    addresses: Option<Vec<String>>,
+    conditions: Option<Conditions>,
+}
+
+#[derive(Deserialize)]
+struct Conditions {
+    ready: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct SlicePort {
+    name: Option<String>,
+    port: Option<i32>,
+}
+
 /// A ready endpoint of `service` on port `port_name`, from its EndpointSlices.
 async fn endpoint(
     client: &Client,
@@ -55,15 +85,20 @@ async fn endpoint(
     service: &str,
     port_name: &str,
 ) -> Result<SocketAddr, Failed> {
-    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let params = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let slices = api.list(&params).await.map_err(|e| {
+    let unread = |e: &dyn std::fmt::Display| {
         (
             Failure::NoEndpoint,
             format!("the EndpointSlices of Service {service} could not be read: {e}"),
         )
-    })?;
-    for slice in &slices.items {
+    };
+    // `service` is a Service's name, a DNS label: nothing in it needs escaping.
+    let list = hyper::Request::get(format!(
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3D{service}"
+    ))
+    .body(Vec::new())
+    .map_err(|e| unread(&e))?;
+    let slices: Slices = client.request(list).await.map_err(|e| unread(&e))?;
+    for slice in slices.items.iter().flatten() {
         let port = slice
             .ports
             .iter()
@@ -72,12 +107,12 @@ async fn endpoint(
             .and_then(|p| p.port)
             .and_then(|p| u16::try_from(p).ok());
         let Some(port) = port else { continue };
-        let ready = slice
+        let address = slice
             .endpoints
             .iter()
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false));
-        let address = ready
-            .flat_map(|e| e.addresses.iter())
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .flat_map(|e| e.addresses.iter().flatten())
             .filter_map(|a| a.parse::<IpAddr>().ok())
             .find(|ip| asked(*ip));
         if let Some(ip) = address {
@@ -102,7 +137,8 @@ fn asked(ip: IpAddr) -> bool {
     !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local)
 }
 
-/// GET `path` from `at`, read within `policy`'s bounds.
+/// GET `path` from `at`, read within `policy`'s bounds: one request on a connection of its
+/// own, the answer taken apart by [`wire`] (HTTP/1.x: a length, chunks, or to the close).
 async fn get(
     at: SocketAddr,
     host: &str,
@@ -115,71 +151,123 @@ async fn get(
             format!("the renderer at {at} could not be reached: {e}"),
         )
     };
-    let stream = tokio::net::TcpStream::connect(at)
-        .await
-        .map_err(|e| unreachable(&e))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| unreachable(&e))?;
-    // The connection is driven here, and dropped with this future (the timeout).
-    let driven = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let _abort = AbortOnDrop(driven);
-    let request = Request::get(path)
-        .header(header::HOST, host)
-        .header(header::ACCEPT, policy.types.join(", "))
-        .header(
-            header::USER_AGENT,
-            concat!("mutantops/", env!("CARGO_PKG_VERSION")),
+    let malformed = |e: &dyn std::fmt::Display| {
+        (
+            Failure::Status,
+            format!("the renderer at {at} answered {e}"),
         )
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| unreachable(&e))?;
-    let response = sender
-        .send_request(request)
+    };
+    let stream = TcpStream::connect(at).await.map_err(|e| unreachable(&e))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {}\r\nUser-Agent: mutantops/{}\r\n\
+         Connection: close\r\n\r\n",
+        policy.types.join(", "),
+        env!("CARGO_PKG_VERSION")
+    );
+    write_all(&stream, request.as_bytes())
         .await
         .map_err(|e| unreachable(&e))?;
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let declared = response
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    // What the head says is judged before a byte of the body is read.
-    let length = declared.unwrap_or(1).min(policy.max_bytes + 1);
-    judge(policy, status, content_type.as_deref(), length)?;
-    let mut body = response.into_body();
-    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(policy.max_bytes));
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| unreachable(&e))?;
-        if let Ok(data) = frame.into_data() {
-            if bytes.len() + data.len() > policy.max_bytes {
-                judge(
-                    policy,
-                    status,
-                    content_type.as_deref(),
-                    policy.max_bytes + 1,
-                )?;
-            }
-            bytes.extend_from_slice(&data);
+    let mut buf = Vec::with_capacity(8 * 1024);
+    let head = loop {
+        if let Some(head) = wire::head(&buf).map_err(|e| malformed(&e))? {
+            break head;
         }
-    }
-    let media = judge(policy, status, content_type.as_deref(), bytes.len())?;
+        if read_some(&stream, &mut buf, wire::HEAD_MAX + 1)
+            .await
+            .map_err(|e| unreachable(&e))?
+            == 0
+        {
+            return Err(malformed(&"no head before it closed"));
+        }
+    };
+    let content_type = head.content_type.as_deref();
+    // What the head says is judged before a byte of the body is read.
+    let declared = match head.framing {
+        Framing::Length(n) => n.min(policy.max_bytes + 1),
+        Framing::None => 0,
+        Framing::Chunked | Framing::Close => 1,
+    };
+    judge(policy, head.status, content_type, declared)?;
+    let max = policy.max_bytes;
+    let too_large = || judge(policy, head.status, content_type, max + 1).map(|_| Vec::new());
+    buf.drain(..head.len);
+    let bytes = match head.framing {
+        Framing::None => Vec::new(),
+        Framing::Length(n) => {
+            while buf.len() < n {
+                if read_some(&stream, &mut buf, n)
+                    .await
+                    .map_err(|e| unreachable(&e))?
+                    == 0
+                {
+                    return Err(malformed(&format!("{} of its {n} bytes", buf.len())));
+                }
+            }
+            buf.truncate(n);
+            buf
+        }
+        Framing::Close => loop {
+            if buf.len() > max {
+                break too_large()?;
+            }
+            if read_some(&stream, &mut buf, max + 1)
+                .await
+                .map_err(|e| unreachable(&e))?
+                == 0
+            {
+                break buf;
+            }
+        },
+        Framing::Chunked => loop {
+            match wire::dechunk(&buf, max) {
+                Ok(Some(body)) => break body,
+                Err(WireError::TooLarge) => break too_large()?,
+                Err(e) => return Err(malformed(&e)),
+                // The chunks' own lines cost at most 1 KiB each beside their data.
+                Ok(None) if buf.len() > 2 * max + 64 * 1024 => break too_large()?,
+                Ok(None) => {}
+            }
+            if read_some(&stream, &mut buf, 2 * max + 64 * 1024 + 1)
+                .await
+                .map_err(|e| unreachable(&e))?
+                == 0
+            {
+                return Err(malformed(&"a chunked body cut short"));
+            }
+        },
+    };
+    let media = judge(policy, head.status, content_type, bytes.len())?;
     Ok(Fetched { bytes, media })
 }
 
-/// Aborts the task driving a connection when the fetch ends, however it ends.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// Reads what has come into `buf`, never past `limit` bytes in all: how many were read (0 at
+/// the end of the stream).
+async fn read_some(stream: &TcpStream, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<usize> {
+    let room = limit.saturating_sub(buf.len()).clamp(1, 64 * 1024);
+    let from = buf.len();
+    buf.resize(from + room, 0);
+    let read = loop {
+        stream.readable().await?;
+        match stream.try_read(&mut buf[from..]) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            read => break read,
+        }
+    };
+    buf.truncate(from + *read.as_ref().unwrap_or(&0));
+    read
+}
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
+/// Writes all of `bytes`.
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
