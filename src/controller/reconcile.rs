@@ -150,8 +150,16 @@ async fn prepare<K: OwnerResource>(
     plan.sleeping = sleep::prepare(ctx, obj, parsed, previous, &mut plan.problems);
     // R53: the screens that are due, fetched from the Services the last reconcile made.
     if plan.unservable.is_none() {
-        plan.screens =
-            screens::prepare(ctx, owner, obj, parsed, previous, &mut plan.problems).await?;
+        plan.screens = screens::prepare(
+            ctx,
+            owner,
+            obj,
+            parsed,
+            &plan.observed,
+            previous,
+            &mut plan.problems,
+        )
+        .await?;
     }
     let declared = plan
         .features()

@@ -6,7 +6,7 @@
 //! condition and a Warning Event say so for the Mutation, and the owner is looked at again when
 //! the next screen is due. The screen Secret of a variant that is gone is deleted.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::jiff::Timestamp;
@@ -17,7 +17,8 @@ use crate::{
     crd::{Condition, OwnerResource, OwnerStatus, Variant, VariantScreen, VariantStatus},
     metrics::screens::{NEW, UNCHANGED},
     variant::{
-        CachedSecret, OWNER_LABEL, Owner, VARIANT_LABEL, deployment_name, is_controlled_by,
+        CachedSecret, OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name,
+        is_controlled_by,
         parsed::Parsed,
         screen::{Failure, Screen, ScreenPolicy, etag_of, rhythm, screen_secret_name},
         wake::Rhythm,
@@ -93,12 +94,14 @@ impl Feature for Screens {
 
 /// Fetches the screens of `obj`'s variants that are due and keeps those that changed; reports
 /// a `spec.screen` that does not hold in `problems`. `parsed` is `obj`'s policies as the cache
-/// parsed them (R50).
+/// parsed them (R50); `observed`, its Deployments: a renderer that is starting or asleep is
+/// not asked (its readiness brings the owner back; the rhythm wakes it when a device needs it).
 pub async fn prepare<K: OwnerResource>(
     ctx: &Context,
     owner: &Owner,
     obj: &K,
     parsed: &Parsed,
+    observed: &[Arc<ObservedDeployment>],
     previous: &OwnerStatus,
     problems: &mut Vec<String>,
 ) -> Result<Screens> {
@@ -124,8 +127,14 @@ pub async fn prepare<K: OwnerResource>(
     let remembered = ctx.screens.get(&owner.uid);
     for v in obj.variants() {
         let before = latest(remembered.get(&v.label), previous, &v.label);
+        let renderer = renderer(observed, &deployment_name(&base_name, &v.label), v);
+        if matches!(renderer, Renderer::Starting | Renderer::Asleep) {
+            screens.statuses.insert(v.label.clone(), before);
+            continue;
+        }
+        let ready = renderer == Renderer::Ready;
         let since = since(before.tried_at.as_deref(), now);
-        let wait = since.map_or(Duration::ZERO, |s| policy.due_in(s, before.stale));
+        let wait = since.map_or(Duration::ZERO, |s| policy.due_in(s, &before, ready));
         if wait.is_zero() {
             due.push((v.clone(), before));
         } else {
@@ -140,7 +149,7 @@ pub async fn prepare<K: OwnerResource>(
         .collect()
         .await;
     for (label, status) in fetched {
-        let wait = policy.due_in(Duration::ZERO, status.stale);
+        let wait = policy.due_in(Duration::ZERO, &status, true);
         screens.next = Some(screens.next.map_or(wait, |n| n.min(wait)));
         if status.stale {
             let note = format!(
@@ -153,6 +162,40 @@ pub async fn prepare<K: OwnerResource>(
     }
     ctx.screens.put(&owner.uid, screens.statuses.clone());
     Ok(screens)
+}
+
+/// Where a variant's renderer is, from its Deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Renderer {
+    /// No Deployment yet, or one that wants replicas and has none ready.
+    Starting,
+    /// At zero replicas while its variant declares some: put to sleep (R42).
+    Asleep,
+    /// At zero replicas as its variant declares: there is nothing to ask.
+    Down,
+    /// A replica ready.
+    Ready,
+}
+
+/// Where `v`'s renderer (Deployment `name` among `observed`) is.
+fn renderer(observed: &[Arc<ObservedDeployment>], name: &str, v: &Variant) -> Renderer {
+    let Some(d) = observed
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some(name))
+    else {
+        return Renderer::Starting;
+    };
+    let ready = d
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    match (d.replicas.unwrap_or(1), ready) {
+        (_, 1..) => Renderer::Ready,
+        (0, _) if v.instances > 0 => Renderer::Asleep,
+        (0, _) => Renderer::Down,
+        _ => Renderer::Starting,
+    }
 }
 
 /// When `s` was last tried, if it says.

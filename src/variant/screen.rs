@@ -38,6 +38,9 @@ pub const MIN_REFRESH: Duration = Duration::from_secs(10);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 /// How soon a fetch that failed is tried again, at most (sooner when `refreshEvery` is).
 pub const RETRY_FAILED: Duration = Duration::from_secs(30);
+/// How soon a fetch that found no endpoint while its renderer was ready is tried again: the
+/// EndpointSlice follows the Deployment's readiness by a moment.
+pub const RETRY_NO_ENDPOINT: Duration = Duration::from_secs(2);
 
 /// `spec.screen`, read and bounded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,13 +155,16 @@ impl ScreenPolicy {
         }
     }
 
-    /// How long after `tried` (seconds ago, the last fetch) the next is due: a refresh after
-    /// a good one, sooner after one that failed.
-    pub fn due_in(&self, since_tried: Duration, failed: bool) -> Duration {
-        let every = if failed {
-            self.refresh_every.min(RETRY_FAILED)
-        } else {
+    /// How long after the last fetch of `s` (`since_tried` ago) the next is due: a refresh
+    /// after a good one, sooner after one that failed, and soonest after one that found no
+    /// endpoint while the renderer was `ready`.
+    pub fn due_in(&self, since_tried: Duration, s: &VariantScreen, ready: bool) -> Duration {
+        let every = if !s.stale {
             self.refresh_every
+        } else if ready && s.reason.as_deref() == Some(Failure::NoEndpoint.reason()) {
+            self.refresh_every.min(RETRY_NO_ENDPOINT)
+        } else {
+            self.refresh_every.min(RETRY_FAILED)
         };
         every.saturating_sub(since_tried)
     }
@@ -172,7 +178,7 @@ pub fn rhythm(policy: &ScreenPolicy, s: &VariantScreen, now: Timestamp) -> Rhyth
     let tried = s.tried_at.as_deref().and_then(at);
     let due = match (fetched, tried) {
         (Some(f), _) if !s.stale => plus(f, secs(policy.refresh_every)),
-        (_, Some(t)) => plus(t, secs(policy.due_in(Duration::ZERO, true))),
+        (_, Some(t)) => plus(t, secs(policy.due_in(Duration::ZERO, s, true))),
         (_, None) => now,
     };
     Rhythm { fetched, due }

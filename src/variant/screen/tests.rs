@@ -128,15 +128,28 @@ fn an_answer_is_kept_only_when_it_is_a_picture_within_the_bounds() {
 #[test]
 fn a_failed_fetch_is_tried_again_sooner_than_a_refresh() {
     let p = ScreenPolicy::parse(&spec(IntOrString::Int(80))).unwrap();
+    let good = VariantScreen::default();
+    let failed = |reason: Failure| VariantScreen {
+        stale: true,
+        reason: Some(reason.reason().to_owned()),
+        ..VariantScreen::default()
+    };
     assert_eq!(
-        p.due_in(Duration::from_secs(60), false),
+        p.due_in(Duration::from_secs(60), &good, true),
         Duration::from_secs(840)
     );
     assert_eq!(
-        p.due_in(Duration::from_secs(10), true),
+        p.due_in(Duration::from_secs(10), &failed(Failure::Status), true),
         Duration::from_secs(20)
     );
-    assert_eq!(p.due_in(Duration::from_secs(1000), false), Duration::ZERO);
+    assert_eq!(
+        p.due_in(Duration::from_secs(1000), &good, false),
+        Duration::ZERO
+    );
+    // No endpoint while the renderer is ready: the EndpointSlice lags; soon again.
+    let none = failed(Failure::NoEndpoint);
+    assert_eq!(p.due_in(Duration::ZERO, &none, true), RETRY_NO_ENDPOINT);
+    assert_eq!(p.due_in(Duration::ZERO, &none, false), RETRY_FAILED);
 }
 
 #[test]
