@@ -286,7 +286,7 @@ row = open(sys.argv[2]).read().rstrip("\n")
 section = open(sys.argv[3]).read().rstrip("\n")
 lines = open(path).read().split("\n")
 # The rows: in place of the last ones, else at the end of the first table.
-old = [i for i, l in enumerate(lines) if l.startswith("| real node: ")]
+old = [i for i, l in enumerate(lines) if l.startswith("| real node: ") and not l.startswith("| real node: screens")]
 if old:
     lines[old[0]:old[-1] + 1] = row.split("\n")
 else:
