@@ -227,8 +227,8 @@ $(date -u '+%Y-%m-%d %H:%M UTC'), commit \`$(git rev-parse --short HEAD)\`, on t
 \`scripts/cluster up --real-node\`, after the wake figures above (their p95 sets \`warmup\`).
 
 deploy/examples/screens/browser-snap-screens.yaml on the stand-in image: \`/cgi-bin/screen\`
-answers a 48,062-byte BMP (1-bit, 800x480) from a hostPath folder of this machine and counts
-each request at the renderer; the example's \`spec.screen\` asks for it every ${SCREEN_REFRESH} s
+passes on a 48,062-byte BMP (1-bit, 800x480) that \`screen_source.py\` serves on this machine
+(the real node), which counts each request the renderer makes; the example's \`spec.screen\` asks for it every ${SCREEN_REFRESH} s
 (its 15 minutes compressed ${SCREEN_FACTOR} times), with \`spec.devices.sleep\` (warmup above the
 wake p95, \`keepWarm: 5s\`). ${SCREEN_DISPLAYS} displays (\`scripts/real-node.d/displays.py\`) enroll with the
 enrollment key and, for an hour compressed to ${screen_hour_s} s, wake every ${SCREEN_POLL} s (a minute;
