@@ -3,7 +3,7 @@ which flags and variables it takes): the arguments, the cluster, the steps in or
 results recorded in the run directory, the table and BENCHMARKS.md.
 
 Each measurement is a module of this folder: size.py and musl.py (builds), startup.py,
-idle.py, api.py and latency.py (the HTTP API), curve.py, scale.py and steady.py (convergence
+idle.py, api.py and latency.py (the HTTP API), screens.py (screens from the cache), curve.py, scale.py and steady.py (convergence
 at scale), peer.py (Argo Rollouts); table.py and report.py write the results out.
 """
 
@@ -25,6 +25,7 @@ import idle
 import peer
 import report
 import scale
+import screens
 import size
 import startup
 import table
@@ -153,6 +154,7 @@ def measure(b):
     startup.measure(b)
     idle.measure(b)
     api.measure(b)
+    screens.measure(b)
     curve.measure(b)
     scale.measure(b)
     peer.measure(b)

@@ -49,6 +49,7 @@ def node_section(path):
 
 
 WAKE_HEADING = "### Wake to ready on the real node"
+SCREENS_HEADING = "### Screens on the real node"
 
 
 def kept_rows(path):
@@ -58,16 +59,16 @@ def kept_rows(path):
     return "".join("\n" + line for line in path.read_text().splitlines() if line.startswith("| real node: "))
 
 
-def wake_section(path):
-    """Subsection "Wake to ready on the real node" of scripts/real-node --wake-bench, kept as it
-    is, up to the next heading."""
+def kept_section(path, heading):
+    """A subsection that scripts/real-node --wake-bench wrote ("Wake to ready on the real node",
+    "Screens on the real node"), kept as it is, up to the next heading."""
     if not path.is_file():
         return ""
     lines, inside = [], False
     for line in path.read_text().splitlines():
         if inside and (line.startswith("### ") or line.startswith("## ")):
             break
-        inside = inside or line == WAKE_HEADING
+        inside = inside or line == heading
         if inside:
             lines.append(line)
     return "\n".join(lines).rstrip("\n") + "\n\n" if lines else ""
@@ -193,6 +194,12 @@ its own token is read from Secret `w-secret`.
 - **GET over HTTPS**: the same wrk run against `https://` after restarting the operator with
   `MUTANT_API_TLS_CERT_FILE`/`MUTANT_API_TLS_KEY_FILE` (a self-signed P-256 certificate
   made by openssl for the run; wrk does not verify it); socket errors: {get('tls_wrk_errors', 'none')}.
+- **Screens** (`screens.py`): Mutation `s` with `spec.screen` and 100 variants (instances 0),
+  and for each a screen Secret of 48,062 bytes (a 1-bit 800x480 BMP) written by the bench as
+  the leader writes one (no renderer runs on the fake node); the operator's VmRSS before them
+  and 10 s after every screen is served ({get('screen_rss_before', '-')} and {get('screen_rss', '-')} KiB); then the
+  same wrk run against `.../mutations/s/variants/v0/screen` with `s`'s token, and again with
+  `If-None-Match` naming its ETag (every answer a 304 with no body).
 - **POST / PATCH**: `latency.py`, a sequential client (one request at a time over one
   keep-alive connection, timed around request and response): {b.WRITES} POSTs of new variants
   `p0000`... (instances 0), then {b.WRITES} PATCHes of those to `instances: 1` (kwok runs the
@@ -333,7 +340,7 @@ Top symbols:
 
 def write(b):
     out = REPO / "BENCHMARKS.md"
-    text = header(b) + measured(b) + wake_section(out) + profiles_text(b)
+    text = header(b) + measured(b) + kept_section(out, WAKE_HEADING) + kept_section(out, SCREENS_HEADING) + profiles_text(b)
     analysis = REPO / "scripts/bench.d/analysis.md"
     if analysis.is_file():
         text += analysis.read_text()

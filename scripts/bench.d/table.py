@@ -6,6 +6,7 @@ import curve
 import idle
 import musl
 import peer
+import screens
 from common import (PEAK_RSS_TARGET_KIB, SCALE_RSS_TARGET_KIB, bytes_mib, ge, kib_mib, le, met, number, ratio,
                     restarts, row)
 
@@ -100,6 +101,7 @@ def rows(b):
     if R.get("tls_instr") and R.get("instr"):
         yield row("instructions per API GET over HTTPS, kept-alive (callgrind; HTTP in the same run)",
                   f"{R['tls_instr']} (HTTP {R['instr']}, {ratio(R['tls_instr'], R['instr'])})", "-", "-")
+    yield from screens.rows(b)
     for kind, verb in (("post", "POST"), ("patch", "PATCH")):
         yield row(f"API {verb} variant (sequential): p50 / p99", f"{R[kind + '_p50']} ms / {R[kind + '_p99']} ms", "-", "-")
         yield row("  API server, same period: PATCH mutations p50 / p99 (GET p99; requests)",
