@@ -247,30 +247,7 @@ and the pod's stop). The same displays polling the same Mutation without \`spec.
 ${screen_base_s} s kept it up ${screen_base_awake} s: **${screen_base_per} s per refresh**, as
 every poll is a reason to be up.
 MD
-    python3 - BENCHMARKS.md "$work/screen-rows.md" "$work/screen-section.md" <<'PY'
-import sys
-path = sys.argv[1]
-rows = open(sys.argv[2]).read().rstrip("\n").split("\n")
-section = open(sys.argv[3]).read().rstrip("\n").split("\n")
-lines = open(path).read().split("\n")
-mine = "| real node: screens"
-old = [i for i, l in enumerate(lines) if l.startswith(mine)]
-if old:
-    lines[old[0]:old[-1] + 1] = rows
-else:
-    at = max(i for i, l in enumerate(lines) if l.startswith("| real node: ")) + 1
-    lines[at:at] = rows
-heading = "### Screens on the real node"
-if heading in lines:
-    start = lines.index(heading)
-    end = start + 1
-    while end < len(lines) and not lines[end].startswith(("### ", "## ")):
-        end += 1
-else:
-    wake = lines.index("### Wake to ready on the real node")
-    start = end = next(i for i in range(wake + 1, len(lines)) if lines[i].startswith(("### ", "## ")))
-lines[start:end] = section + [""]
-open(path, "w").write("\n".join(lines))
-PY
+    python3 "$repo/scripts/real-node.d/benchmarks_md.py" "$work/screen-rows.md" "$work/screen-section.md" \
+        "| real node: screens" || fail "writing the screens figures into BENCHMARKS.md"
     log "wrote the screens figures into BENCHMARKS.md"
 }

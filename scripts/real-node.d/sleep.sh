@@ -279,34 +279,8 @@ device that polls before its variant is ready is told \`ready: false\` with \`Re
 counted (\`mutantops_late_wakes_total\`); with \`mutantops_variant_wake_to_ready_seconds\` that
 tells an owner whose renderer starts faster or slower what to set \`warmup\` to.
 MD
-    python3 - BENCHMARKS.md "$work/wake-row.md" "$work/wake-section.md" <<'PY'
-import sys
-path = sys.argv[1]
-row = open(sys.argv[2]).read().rstrip("\n")
-section = open(sys.argv[3]).read().rstrip("\n")
-lines = open(path).read().split("\n")
-# The rows: in place of the last ones, else at the end of the first table.
-old = [i for i, l in enumerate(lines) if l.startswith("| real node: ") and not l.startswith("| real node: screens")]
-if old:
-    lines[old[0]:old[-1] + 1] = row.split("\n")
-else:
-    at = next(i for i, l in enumerate(lines) if l.startswith("| figure |"))
-    while lines[at].startswith("|"):
-        at += 1
-    lines[at:at] = row.split("\n")
-# The subsection: in place of the last one, else at the end of "How each figure is measured".
-heading = "### Wake to ready on the real node"
-if heading in lines:
-    start = lines.index(heading)
-    end = start + 1
-    while end < len(lines) and not lines[end].startswith(("### ", "## ")):
-        end += 1
-else:
-    measured = lines.index("## How each figure is measured")
-    start = end = next(i for i in range(measured + 1, len(lines)) if lines[i].startswith("## "))
-lines[start:end] = section.split("\n") + [""]
-open(path, "w").write("\n".join(lines))
-PY
+    python3 "$repo/scripts/real-node.d/benchmarks_md.py" "$work/wake-row.md" "$work/wake-section.md" \
+        "| real node: " "| real node: screens" || fail "writing the wake figures into BENCHMARKS.md"
     log "wrote the wake figures into BENCHMARKS.md"
 }
 
