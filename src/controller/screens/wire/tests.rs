@@ -1,3 +1,6 @@
+//! R53: a renderer's answer as the fetch reads it: the head, its framing, a chunked body, each
+//! bounded, and what is not HTTP/1.x refused.
+
 use super::*;
 
 fn whole(bytes: &[u8]) -> Head {
