@@ -16,8 +16,10 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt as _, api::ListParams};
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::variant::{OwnSecrets, ServiceAccountRef, own_account_finding, secret_references};
 
@@ -37,14 +39,9 @@ pub async fn secrets(client: &Client, namespace: &str, account: Option<&str>) ->
             namespace: namespace.to_owned(),
             name: account.to_owned(),
         };
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-        match deployments.list(&ListParams::default()).await {
-            Ok(list) => {
-                for deployment in list.items {
-                    let template = deployment
-                        .spec
-                        .map(|spec| serde_json::to_value(spec.template).unwrap_or_default())
-                        .unwrap_or_default();
+        match templates(client, namespace).await {
+            Ok(templates) => {
+                for template in templates {
                     if own_account_finding(&template, "", namespace, &own).is_none() {
                         continue;
                     }
@@ -80,6 +77,38 @@ pub async fn secrets(client: &Client, namespace: &str, account: Option<&str>) ->
         "Deployments that would reference the operator's own Secrets are refused"
     );
     own
+}
+
+/// A list of Deployments, of which only the pod templates are read: kept as JSON, which is
+/// what the checks of [`own_account_finding`] read (not decoded into the typed Deployment and
+/// written back).
+#[derive(Deserialize)]
+struct Listed {
+    items: Vec<ListedDeployment>,
+}
+
+#[derive(Deserialize)]
+struct ListedDeployment {
+    spec: Option<ListedSpec>,
+}
+
+#[derive(Deserialize)]
+struct ListedSpec {
+    template: Option<Value>,
+}
+
+/// The pod templates of the Deployments of `namespace`.
+async fn templates(client: &Client, namespace: &str) -> Result<Vec<Value>, kube::Error> {
+    // `namespace` is a namespace's name, a DNS label: nothing in it needs escaping.
+    let list = hyper::Request::get(format!("/apis/apps/v1/namespaces/{namespace}/deployments"))
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let listed: Listed = client.request(list).await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter_map(|d| d.spec.and_then(|s| s.template))
+        .collect())
 }
 
 /// The metadata of the Secrets of `namespace` that `params` selects; none, said in the log,
