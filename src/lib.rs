@@ -201,6 +201,12 @@ impl Error {
     }
 }
 
+/// The hash map of what requests look up (callers, addresses, Mutations by uid): aHash with
+/// keys drawn at start, as quick as a few multiplications per key where std's SipHash costs a
+/// few hundred instructions, and as unpredictable to a client that picks the keys. aHash is in
+/// the build already (kube-runtime's stores use it).
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -42,6 +42,7 @@ pub(crate) mod access;
 mod base_env;
 mod baseline;
 mod build;
+pub(crate) mod clock;
 pub(crate) mod commands;
 pub(crate) mod converge;
 pub(crate) mod departure;

@@ -26,6 +26,7 @@ use tables::{LAYERS, ROOMS};
 const LIB_ITEMS: &[&str] = &[
     "Error",
     "Result",
+    "HashMap",
     "error_chain",
     "expected_api_error",
     "api_status_is",

@@ -11,14 +11,16 @@
 
 use hyper::{HeaderMap, header::AUTHORIZATION};
 use kube::runtime::reflector::ObjectRef;
-use subtle::ConstantTimeEq as _;
 
 use super::routes::{Access, Action};
 use crate::{
     cache::Caches,
     config::Secret as Token,
     crd::Mutation,
-    variant::{devices::devices_secret_name, is_controlled_by, secret_name},
+    variant::{
+        devices::{constant_time_eq, devices_secret_name},
+        is_controlled_by, secret_name,
+    },
 };
 
 /// The one body of every 401, whatever the reason, so a Mutation's token cannot probe for
@@ -55,13 +57,15 @@ impl Caller {
     pub fn budget_key(&self) -> crate::http::Key {
         match self {
             Caller::Admin => std::sync::Arc::from("admin"),
-            Caller::Mutation { namespace, name } => format!("token {namespace}/{name}").into(),
+            Caller::Mutation { namespace, name } => {
+                crate::http::key_of(&["token ", namespace, "/", name])
+            }
             Caller::Device {
                 namespace,
                 name,
                 id,
                 ..
-            } => format!("device {namespace}/{name}/{id}").into(),
+            } => crate::http::key_of(&["device ", namespace, "/", name, "/", id]),
         }
     }
 
@@ -168,10 +172,15 @@ pub enum Auth {
 
 /// The bearer token of a request, if it has a well-formed one.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    // The scheme and the space are checked as bytes; only the token is made text (a header
+    // value is visible ASCII or not text at all).
+    let value = headers.get(AUTHORIZATION)?.as_bytes();
+    let (scheme, token) = value.split_at_checked(7)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    let token = std::str::from_utf8(token.trim_ascii()).ok()?;
+    (!token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())).then_some(token)
 }
 
 /// Whether `token` has the shape of a Mutation's token (64 lower-case hex characters, as the
@@ -182,11 +191,6 @@ pub fn is_mutation_token(token: &str) -> bool {
         && token
             .bytes()
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// Compares two byte strings in time that depends only on their lengths (subtle's `ct_eq`).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.ct_eq(b).into()
 }
 
 impl Auth {
@@ -280,12 +284,23 @@ mod tests {
         assert!(!is_mutation_token(""));
     }
 
+    // R20: tokens and hashes of every length compared, a difference anywhere found
     #[test]
     fn constant_time_comparison() {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
         assert!(!constant_time_eq(b"", b"a"));
+        assert!(constant_time_eq(b"", b""));
+        for len in 1..=70 {
+            let token: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(constant_time_eq(&token, &token.clone()), "length {len}");
+            for at in 0..len {
+                let mut other = token.clone();
+                other[at] ^= 0x01;
+                assert!(!constant_time_eq(&token, &other), "length {len}, byte {at}");
+            }
+        }
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! been quiet long enough to refill) are forgotten, and a new key finds no room until some
 //! are; so a caller with many addresses or tokens cannot make the map grow, only wait.
 
+use crate::HashMap;
 use std::{
-    collections::HashMap,
     hash::Hash,
     net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
@@ -62,7 +62,7 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
         Buckets {
             rate,
             max_keys,
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(HashMap::default()),
         }
     }
 
@@ -209,10 +209,11 @@ impl InFlight {
         }
     }
 
-    /// Counts a request of `caller` in its own share and its Mutation's until the guard is
-    /// dropped; the answer's message (503) when either is full, saying which.
-    pub fn enter(&self, caller: &Caller) -> Result<Flying, String> {
-        let Some(own) = self.callers.enter(caller.budget_key()) else {
+    /// Counts a request of `caller` (whose [`Caller::budget_key`] is `key`) in its own share
+    /// and its Mutation's until the guard is dropped; the answer's message (503) when either
+    /// is full, saying which.
+    pub fn enter(&self, caller: &Caller, key: Key) -> Result<Flying, String> {
+        let Some(own) = self.callers.enter(key) else {
             let who = match caller {
                 Caller::Device { .. } => "device",
                 Caller::Admin | Caller::Mutation { .. } => "token",
@@ -229,7 +230,7 @@ impl InFlight {
             | Caller::Device {
                 namespace, name, ..
             } => {
-                let key = format!("mutation {namespace}/{name}").into();
+                let key = http::key_of(&["mutation ", namespace, "/", name]);
                 Some(self.mutations.enter(key).ok_or_else(|| {
                     format!(
                         "Mutation {name:?} has {} requests in flight, its token's and its \
@@ -250,6 +251,10 @@ impl InFlight {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn enter(shares: &InFlight, caller: &Caller) -> Result<Flying, String> {
+        shares.enter(caller, caller.budget_key())
+    }
 
     const RATE: Rate = Rate {
         per_second: 2.0,
@@ -321,9 +326,11 @@ mod tests {
             name: "web".into(),
         };
         // One device: its own share is four.
-        let one: Vec<_> = (0..4).map(|_| shares.enter(&device("web", "a"))).collect();
+        let one: Vec<_> = (0..4)
+            .map(|_| enter(&shares, &device("web", "a")))
+            .collect();
         assert!(one.iter().all(Result::is_ok));
-        let refused = shares.enter(&device("web", "a")).unwrap_err();
+        let refused = enter(&shares, &device("web", "a")).unwrap_err();
         assert!(
             refused.contains("this device has 4 requests in flight"),
             "{refused}"
@@ -332,23 +339,25 @@ mod tests {
         // Four devices of one Mutation, and its key: four in flight in all.
         let held: Vec<_> = ["a", "b", "c", "d"]
             .iter()
-            .map(|id| shares.enter(&device("web", id)))
+            .map(|id| enter(&shares, &device("web", id)))
             .collect();
         assert!(held.iter().all(Result::is_ok));
         for caller in [device("web", "e"), key.clone()] {
-            let refused = shares.enter(&caller).unwrap_err();
+            let refused = enter(&shares, &caller).unwrap_err();
             assert!(
                 refused.contains("Mutation \"web\" has 4 requests in flight"),
                 "{refused}"
             );
         }
         // Another Mutation's device, and the admin, are not held to it.
-        assert!(shares.enter(&device("other", "a")).is_ok());
-        assert!(shares.enter(&Caller::Admin).is_ok());
+        assert!(enter(&shares, &device("other", "a")).is_ok());
+        assert!(enter(&shares, &Caller::Admin).is_ok());
         // A refusal by the Mutation's share leaves nothing counted for the device.
         drop(held);
-        let again: Vec<_> = (0..4).map(|_| shares.enter(&device("web", "e"))).collect();
+        let again: Vec<_> = (0..4)
+            .map(|_| enter(&shares, &device("web", "e")))
+            .collect();
         assert!(again.iter().all(Result::is_ok));
-        assert!(shares.enter(&key).is_err());
+        assert!(enter(&shares, &key).is_err());
     }
 }

@@ -9,7 +9,6 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use hyper::StatusCode;
-use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::{
@@ -71,7 +70,7 @@ pub(super) async fn begin(
     ns: &str,
     name: &str,
 ) -> Result<(std::sync::Arc<Mutation>, Policy, Owner), ApiError> {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+    let m = fresh::mutation(state, caller, ns, name, None).await?;
     let policy = policy(state, &m, ns, name)?;
     let owner = owner_of(&m)?;
     Ok((m, policy, owner))
@@ -82,8 +81,14 @@ fn absent(ns: &str, name: &str, id: &str) -> ApiError {
 }
 
 /// `GET .../devices` (admin): every device, as this replica knows it.
-pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+pub async fn list(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    known: Option<std::sync::Arc<Mutation>>,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name, known).await?;
     policy(state, &m, ns, name)?;
     let registry = cached_registry(&state.caches, &m);
     let mut ids: Vec<&String> = registry.devices.keys().collect();
@@ -100,8 +105,13 @@ pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> Ap
 }
 
 /// `GET .../devices/{id}` (the admin or that device).
-pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str, id: &str) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+pub async fn get(
+    state: &ApiState,
+    caller: &Caller,
+    (ns, name, id): (&str, &str, &str),
+    known: Option<std::sync::Arc<Mutation>>,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name, known).await?;
     policy(state, &m, ns, name)?;
     let registry = cached_registry(&state.caches, &m);
     let device = view(state, &m, &registry, ns, name, id).ok_or_else(|| absent(ns, name, id))?;
@@ -256,7 +266,7 @@ fn view(
     let Some(beat) = state.heartbeats.get(ns, name, id) else {
         return Some(entry);
     };
-    let written = entry.last_seen.parse::<Timestamp>().ok();
+    let written = crate::variant::clock::parse_rfc3339(&entry.last_seen);
     if written.is_some_and(|w| w >= beat.seen) {
         return Some(entry);
     }

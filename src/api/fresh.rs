@@ -164,12 +164,18 @@ pub async fn refresh(state: &ApiState, asker: &Asker, ns: &str, name: &str, need
 }
 
 /// [`cached_mutation`], with a miss checked with the API server first (see the module).
+/// `known` is Mutation `ns/name` as the request already looked it up (`request::Ctx`): a read
+/// answers from it without a second look-up.
 pub async fn mutation(
     state: &ApiState,
     caller: &Caller,
     ns: &str,
     name: &str,
+    known: Option<Arc<Mutation>>,
 ) -> Result<Arc<Mutation>, ApiError> {
+    if let Some(m) = known.filter(|_| caller.may_use(ns, name)) {
+        return Ok(m);
+    }
     match cached_mutation(state, caller, ns, name) {
         Err(_)
             if caller.may_use(ns, name)
@@ -202,14 +208,10 @@ pub(crate) fn cached_mutation(
     if !caller.may_use(ns, name) {
         return Err(ApiError::unauthorized());
     }
-    state
-        .caches
-        .mutations
-        .get(&ObjectRef::new(name).within(ns))
-        .ok_or_else(|| match caller {
-            Caller::Admin => ApiError::not_found(format!("mutation {ns}/{name} not found")),
-            Caller::Mutation { .. } | Caller::Device { .. } => ApiError::unauthorized(),
-        })
+    state.caches.mutation(ns, name).ok_or_else(|| match caller {
+        Caller::Admin => ApiError::not_found(format!("mutation {ns}/{name} not found")),
+        Caller::Mutation { .. } | Caller::Device { .. } => ApiError::unauthorized(),
+    })
 }
 
 /// Waits until the cache shows Mutation `ns/name` at `resource_version` or later (`None`:

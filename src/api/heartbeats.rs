@@ -5,28 +5,61 @@
 //! [`MAX_REMEMBERED`] devices; past that the oldest are forgotten (which costs at most an
 //! early write).
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::{sync::Mutex, time::Duration};
 
-use hyper::HeaderMap;
+use hyper::{HeaderMap, header::HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{PollStats, Reported};
+use crate::{
+    HashMap,
+    crd::{PollStats, Reported},
+};
 
 /// Most devices one replica remembers.
 pub const MAX_REMEMBERED: usize = 20_000;
+
+/// The headers a device reports itself in, as TRMNL firmware writes them.
+const REPORTED: [&str; 6] = [
+    "Refresh-Rate",
+    "Battery-Voltage",
+    "RSSI",
+    "FW-Version",
+    "Width",
+    "Height",
+];
+
+/// [`REPORTED`] as a `HeaderMap` holds names: in lower case.
+const LOWER: [&str; REPORTED.len()] = [
+    "refresh-rate",
+    "battery-voltage",
+    "rssi",
+    "fw-version",
+    "width",
+    "height",
+];
 
 /// Reads what a device reports in `headers` (`Refresh-Rate`, `Battery-Voltage`, `RSSI`,
 /// `FW-Version`, `Width`, `Height`, as TRMNL firmware sends them); a header that is there and
 /// malformed is refused, naming it.
 pub fn reported(headers: &HeaderMap) -> Result<Reported, String> {
+    // One pass over the request's few headers, comparing names (lower case in a `HeaderMap`),
+    // rather than a look-up of each of the six names: a poll carries them all or none.
+    let mut found: [Option<&HeaderValue>; REPORTED.len()] = [None; REPORTED.len()];
+    for (name, value) in headers {
+        let Some(at) = LOWER.iter().position(|r| *r == name.as_str()) else {
+            continue;
+        };
+        if found[at].replace(value).is_some() {
+            return Err(format!("header {}: sent more than once", REPORTED[at]));
+        }
+    }
     let text = |name: &str| -> Result<Option<&str>, String> {
-        let mut values = headers.get_all(name).iter();
-        let Some(value) = values.next() else {
+        let Some(at) = REPORTED.iter().position(|r| *r == name) else {
             return Ok(None);
         };
-        if values.next().is_some() {
-            return Err(format!("header {name}: sent more than once"));
-        }
+        let Some(value) = found[at] else {
+            return Ok(None);
+        };
         let value = value
             .to_str()
             .map_err(|_| format!("header {name}: not printable ASCII"))?
@@ -126,7 +159,26 @@ pub struct Beat {
 /// The devices this replica heard, by namespace, Mutation and id.
 #[derive(Default)]
 pub struct Heartbeats {
-    beats: Mutex<HashMap<(String, String, String), Beat>>,
+    beats: Mutex<HashMap<Box<str>, Beat>>,
+}
+
+/// `f` of the map's key of device `id` of `ns/name` (the three names joined by a character
+/// none of them may hold), made on the stack: a poll looks its device up several times.
+fn with_key<R>(ns: &str, name: &str, id: &str, f: impl FnOnce(&str) -> R) -> R {
+    let parts = [ns, "\n", name, "\n", id];
+    let mut buf = [0u8; 512];
+    let mut len = 0;
+    for part in parts {
+        let Some(slot) = buf.get_mut(len..len + part.len()) else {
+            return f(&parts.concat());
+        };
+        slot.copy_from_slice(part.as_bytes());
+        len += part.len();
+    }
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(key) => f(key),
+        Err(_) => f(&parts.concat()),
+    }
 }
 
 impl Heartbeats {
@@ -151,16 +203,27 @@ impl Heartbeats {
         if beats.len() >= MAX_REMEMBERED {
             forget_oldest(&mut beats);
         }
-        let key = (ns.to_owned(), name.to_owned(), id.to_owned());
-        let beat = beats.entry(key).or_insert_with(|| Beat {
+        with_key(ns, name, id, |key| {
+            if !beats.contains_key(key) {
+                let first = Beat {
+                    seen: now,
+                    reported: Reported::default(),
+                    written: None,
+                    poll: None,
+                };
+                beats.insert(Box::from(key), first);
+            }
+            let beat = beats.get_mut(key)?;
+            beat.seen = beat.seen.max(now);
+            merge(&mut beat.reported, reported);
+            Some(beat.clone())
+        })
+        .unwrap_or_else(|| Beat {
             seen: now,
-            reported: Reported::default(),
+            reported: reported.clone(),
             written: None,
             poll: None,
-        });
-        beat.seen = beat.seen.max(now);
-        merge(&mut beat.reported, reported);
-        beat.clone()
+        })
     }
 
     /// Whether this replica wrote device `id` within `every` of `now`; if not, notes that it
@@ -176,56 +239,65 @@ impl Heartbeats {
         let Ok(mut beats) = self.beats.lock() else {
             return true;
         };
-        let key = (ns.to_owned(), name.to_owned(), id.to_owned());
-        let Some(beat) = beats.get_mut(&key) else {
-            return true;
-        };
-        let recent = beat.written.is_some_and(|w| {
-            now.as_second().saturating_sub(w.as_second())
-                < i64::try_from(every.as_secs()).unwrap_or(i64::MAX)
-        });
-        if recent {
-            return false;
-        }
-        beat.written = Some(now);
-        true
+        with_key(ns, name, id, |key| {
+            let Some(beat) = beats.get_mut(key) else {
+                return true;
+            };
+            claim(beat, now, every)
+        })
     }
 
     /// Forgets that this replica wrote device `id` (the write failed: the next request tries).
     pub fn unclaim(&self, ns: &str, name: &str, id: &str) {
-        if let Ok(mut beats) = self.beats.lock()
-            && let Some(beat) = beats.get_mut(&(ns.to_owned(), name.to_owned(), id.to_owned()))
-        {
-            beat.written = None;
+        if let Ok(mut beats) = self.beats.lock() {
+            with_key(ns, name, id, |key| {
+                if let Some(beat) = beats.get_mut(key) {
+                    beat.written = None;
+                }
+            });
         }
     }
 
     /// The last beat this replica heard of device `id`.
     pub fn get(&self, ns: &str, name: &str, id: &str) -> Option<Beat> {
         let beats = self.beats.lock().ok()?;
-        beats
-            .get(&(ns.to_owned(), name.to_owned(), id.to_owned()))
-            .cloned()
+        with_key(ns, name, id, |key| beats.get(key).cloned())
     }
 
     /// Remembers what device `id`'s polls taught this replica.
     pub fn polled(&self, ns: &str, name: &str, id: &str, stats: &PollStats) {
-        if let Ok(mut beats) = self.beats.lock()
-            && let Some(beat) = beats.get_mut(&(ns.to_owned(), name.to_owned(), id.to_owned()))
-        {
-            beat.poll = Some(stats.clone());
+        if let Ok(mut beats) = self.beats.lock() {
+            with_key(ns, name, id, |key| {
+                if let Some(beat) = beats.get_mut(key) {
+                    beat.poll = Some(stats.clone());
+                }
+            });
         }
     }
 
     /// Forgets device `id` (it was removed).
     pub fn forget(&self, ns: &str, name: &str, id: &str) {
         if let Ok(mut beats) = self.beats.lock() {
-            beats.remove(&(ns.to_owned(), name.to_owned(), id.to_owned()));
+            with_key(ns, name, id, |key| beats.remove(key));
         }
     }
 }
 
-fn forget_oldest(beats: &mut HashMap<(String, String, String), Beat>) {
+/// Whether `beat` may be written at `now`, its last write being older than `every`; notes
+/// the write if so.
+fn claim(beat: &mut Beat, now: Timestamp, every: Duration) -> bool {
+    let recent = beat.written.is_some_and(|w| {
+        now.as_second().saturating_sub(w.as_second())
+            < i64::try_from(every.as_secs()).unwrap_or(i64::MAX)
+    });
+    if recent {
+        return false;
+    }
+    beat.written = Some(now);
+    true
+}
+
+fn forget_oldest(beats: &mut HashMap<Box<str>, Beat>) {
     let mut seen: Vec<Timestamp> = beats.values().map(|b| b.seen).collect();
     seen.sort_unstable();
     // The oldest tenth goes at once, so that this sort is rare.

@@ -113,7 +113,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     *key = caller.budget_key();
     // R44: a caller, and its Mutation with all its devices, have at most their shares of the
     // connections busy.
-    let _in_flight = match state.in_flight.enter(&caller) {
+    let _in_flight = match state.in_flight.enter(&caller, key.clone()) {
         Ok(flying) => flying,
         Err(message) => return Ok(http::at_share(message)),
     };
@@ -122,7 +122,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     request::validated(state, &mut ctx, &caller, req.method(), req.headers()).await?;
     // R44: a body is held in the caller's share while it is read and handled.
     let limit = request::body_limit(state, &ctx, &caller);
-    let mut held = state.buffers.open(caller.budget_key());
+    let mut held = state.buffers.open(key.clone());
     let body = Unread {
         req,
         limit,
@@ -157,18 +157,20 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
         ctx.id.unwrap_or_default(),
     );
     let at = variants::At { ns, name, label };
+    // The Mutation as the request looked it up: the reads answer from it.
+    let known = ctx.mutation.clone();
     match ctx.route.action {
         Action::ListMutations => mutations::list(state, ns),
         Action::CreateMutation => mutations::create(state, ns, body.json(state).await?).await,
-        Action::GetMutation => mutations::get(state, caller, ns, name).await,
+        Action::GetMutation => mutations::get(state, caller, ns, name, known).await,
         Action::DeleteMutation => mutations::delete(state, ns, name).await,
-        Action::ListVariants => variants::list(state, caller, ns, name).await,
+        Action::ListVariants => variants::list(state, caller, ns, name, known).await,
         Action::AddVariant => {
             let request = body.json(state).await?;
             charge(state, caller)?;
             variants::add(state, caller, ns, name, request).await
         }
-        Action::GetVariant => variants::get(state, caller, at).await,
+        Action::GetVariant => variants::get(state, caller, at, known).await,
         Action::ScaleVariant => {
             let request = body.json(state).await?;
             charge(state, caller)?;
@@ -183,16 +185,16 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
             charge(state, caller)?;
             enroll::enroll(state, caller, ns, name, request).await
         }
-        Action::ListDevices => devices::list(state, caller, ns, name).await,
-        Action::GetDevice => devices::get(state, caller, ns, name, id).await,
+        Action::ListDevices => devices::list(state, caller, ns, name, known).await,
+        Action::GetDevice => devices::get(state, caller, (ns, name, id), known).await,
         Action::RemoveDevice => devices::remove(state, caller, ns, name, id).await,
         Action::RotateToken => devices::rotate(state, caller, ns, name, id).await,
-        Action::Poll => poll::poll(state, caller, ctx.mutation.zip(ctx.parsed)).await,
+        Action::Poll => poll::poll(state, caller, known.zip(ctx.parsed)).await,
         Action::DeviceScreen => {
-            screens::of_device(state, caller, (ns, name, id), body.req.headers()).await
+            screens::of_device(state, caller, (ns, name, id), known, body.req.headers()).await
         }
         Action::VariantScreen => {
-            screens::of_variant(state, caller, (ns, name, label), body.req.headers()).await
+            screens::of_variant(state, caller, (ns, name, label), known, body.req.headers()).await
         }
         Action::ResumeRollout => rollout::resume(state, ns, name).await,
         Action::AbortRollout => rollout::abort(state, ns, name).await,

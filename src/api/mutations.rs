@@ -45,8 +45,14 @@ pub fn list(state: &ApiState, ns: &str) -> ApiResult {
 }
 
 /// `GET /api/v1/namespaces/{ns}/mutations/{name}`.
-pub async fn get(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+pub async fn get(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    known: Option<std::sync::Arc<Mutation>>,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name, known).await?;
     Ok(http::json(StatusCode::OK, &mutation_view(&m)))
 }
 

@@ -83,7 +83,7 @@ fn served(state: &ApiState, m: &Mutation, parsed: &Parsed, label: &str) -> Optio
     let now = Timestamp::now();
     let age = status
         .and_then(|s| s.fetched_at.as_deref())
-        .and_then(|t| t.parse::<Timestamp>().ok())
+        .and_then(crate::variant::clock::parse_rfc3339)
         .map_or(0, |t| {
             u64::try_from(now.as_second() - t.as_second()).unwrap_or(0)
         });
@@ -119,9 +119,10 @@ pub async fn of_device(
     state: &ApiState,
     caller: &Caller,
     (ns, name, id): (&str, &str, &str),
+    known: Option<std::sync::Arc<Mutation>>,
     headers: &HeaderMap,
 ) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+    let m = fresh::mutation(state, caller, ns, name, known).await?;
     let label = match caller {
         Caller::Device { variant, .. } => variant.clone(),
         _ => cached_registry(&state.caches, &m)
@@ -141,9 +142,10 @@ pub async fn of_variant(
     state: &ApiState,
     caller: &Caller,
     (ns, name, label): (&str, &str, &str),
+    known: Option<std::sync::Arc<Mutation>>,
     headers: &HeaderMap,
 ) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+    let m = fresh::mutation(state, caller, ns, name, known).await?;
     if !m.spec.variants.iter().any(|v| v.label == label) {
         return Err(ApiError::not_found(format!(
             "variant {label:?} not found in mutation {ns}/{name}"

@@ -33,8 +33,14 @@ use crate::{
 };
 
 /// `GET .../variants`.
-pub async fn list(state: &ApiState, caller: &Caller, ns: &str, name: &str) -> ApiResult {
-    let m = fresh::mutation(state, caller, ns, name).await?;
+pub async fn list(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+    known: Option<std::sync::Arc<Mutation>>,
+) -> ApiResult {
+    let m = fresh::mutation(state, caller, ns, name, known).await?;
     let items: Vec<_> = (0..m.spec.variants.len())
         .filter_map(|i| view_for(caller, &m, i))
         .map(|mut view| {
@@ -69,9 +75,14 @@ pub struct At<'a> {
 }
 
 /// `GET .../variants/{label}`.
-pub async fn get(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
+pub async fn get(
+    state: &ApiState,
+    caller: &Caller,
+    at: At<'_>,
+    known: Option<std::sync::Arc<Mutation>>,
+) -> ApiResult {
     let At { ns, name, label } = at;
-    let mut m = fresh::mutation(state, caller, ns, name).await?;
+    let mut m = fresh::mutation(state, caller, ns, name, known).await?;
     // A label this replica does not show may have been added through another one.
     if position(&m, label).is_none()
         && fresh::refresh(
@@ -123,7 +134,7 @@ pub(super) async fn insert(
     // The cache can be older than a change acknowledged before this request, so a refusal is
     // confirmed on the Mutation as the API server holds it before it is answered (R32). The
     // device bounds judge what was sent.
-    let cached = fresh::mutation(state, caller, ns, name).await?;
+    let cached = fresh::mutation(state, caller, ns, name, None).await?;
     let admissible = |m: &Mutation| {
         let routed = stored(caller, &variant, m);
         validate_variants(&base_name(m), std::slice::from_ref(&routed))
@@ -223,7 +234,7 @@ fn device_check(caller: &Caller, m: &Mutation, variant: &Variant) -> Result<(), 
 /// pods are kept (R21).
 pub async fn scale(state: &ApiState, caller: &Caller, at: At<'_>, body: ScaleRequest) -> ApiResult {
     let At { ns, name, label } = at;
-    let cached = fresh::mutation(state, caller, ns, name).await?;
+    let cached = fresh::mutation(state, caller, ns, name, None).await?;
     if body.instances < 0 {
         return Err(ApiError::bad_request(format!(
             "instances {}: must not be negative",
@@ -291,7 +302,7 @@ pub(super) async fn remove_if_there(
 pub async fn remove(state: &ApiState, caller: &Caller, at: At<'_>) -> ApiResult {
     let At { ns, name, label } = at;
     // Checked only in the edit, on the Mutation as read from the API server (as a scale).
-    fresh::mutation(state, caller, ns, name).await?;
+    fresh::mutation(state, caller, ns, name, None).await?;
     let (who, owned, missing) = (caller.clone(), label.to_string(), absent(ns, name, label));
     edit(state, ns, name, move |m| {
         let index = position(m, &owned).ok_or_else(|| missing.clone())?;

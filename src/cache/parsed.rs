@@ -8,10 +8,8 @@
 //! (the reader's object is newer or older than the watch's last event) is not used, and the
 //! object is parsed then, so what a reader gets always matches the object it holds.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, PoisonError},
-};
+use crate::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::runtime::watcher;
 

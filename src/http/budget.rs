@@ -10,8 +10,8 @@
 //! with `Retry-After`. So the memory of the process is bounded by design: the fixed part per
 //! connection times the cap, plus the total.
 
+use crate::HashMap;
 use std::{
-    collections::HashMap,
     fmt,
     sync::{Arc, Mutex, PoisonError},
 };
@@ -28,6 +28,22 @@ pub const FREE_BYTES: usize = 16 * 1024;
 
 /// Who holds a reservation: a token's identity, or a client address for callers without one.
 pub type Key = Arc<str>;
+
+/// The key that is `parts` written one after the other, made with one allocation (a request
+/// makes its keys on every call, R44).
+pub fn key_of(parts: &[&str]) -> Key {
+    let mut buf = [0u8; 512];
+    let mut len = 0;
+    for part in parts {
+        let Some(slot) = buf.get_mut(len..len + part.len()) else {
+            return Arc::from(parts.concat());
+        };
+        slot.copy_from_slice(part.as_bytes());
+        len += part.len();
+    }
+    // Whole `str`s written back to back are text.
+    std::str::from_utf8(&buf[..len]).map_or_else(|_| Arc::from(parts.concat()), Arc::from)
+}
 
 /// Why a reservation was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,6 +236,21 @@ mod tests {
 
     fn key(k: &str) -> Key {
         Arc::from(k)
+    }
+
+    // R44: a key is its parts back to back, however long they are.
+    #[test]
+    fn keys_are_their_parts_joined() {
+        assert_eq!(&*key_of(&["token ", "ns", "/", "web"]), "token ns/web");
+        assert_eq!(&*key_of(&[]), "");
+        let long = "a".repeat(700);
+        assert_eq!(
+            &*key_of(&["device ", &long, "/x"]),
+            format!("device {long}/x")
+        );
+        let just = "b".repeat(512);
+        assert_eq!(&*key_of(&[&just]), just);
+        assert_eq!(&*key_of(&["é", "ü"]), "éü");
     }
 
     // R44: a caller holds at most its share, the listener at most its total, and

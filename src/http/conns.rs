@@ -29,9 +29,9 @@
 //! [`ServerConfig::max_connections`]: super::ServerConfig::max_connections
 //! [`ServerConfig::header_read_timeout`]: super::ServerConfig::header_read_timeout
 
+use crate::HashMap;
 use std::{
     cmp::Reverse,
-    collections::HashMap,
     net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -191,7 +191,7 @@ impl Open {
             protect,
             arriving: ARRIVING.min(protect),
             trusted,
-            slots: Mutex::new((0, HashMap::new())),
+            slots: Mutex::new((0, HashMap::default())),
         })
     }
 
@@ -212,7 +212,7 @@ impl Open {
     /// `addr`'s own.
     fn victim(&self, slots: &HashMap<u64, Arc<Slot>>, addr: IpAddr) -> Option<u64> {
         let now = Instant::now();
-        let mut held: HashMap<IpAddr, usize> = HashMap::new();
+        let mut held: HashMap<IpAddr, usize> = HashMap::default();
         for slot in slots.values() {
             *held.entry(slot.addr).or_default() += 1;
         }

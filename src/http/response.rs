@@ -40,8 +40,10 @@ fn with_body(
 /// A JSON response (`Content-Type: application/json`). If `value` cannot be serialised the
 /// answer is a 500 with a fixed JSON error body instead.
 pub fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> {
-    match serde_json::to_vec(value) {
-        Ok(body) => with_body(status, Some("application/json"), Bytes::from(body)),
+    // Room for a variant's or a poll's answer at once, rather than growing from 128 bytes.
+    let mut body = Vec::with_capacity(1024);
+    match serde_json::to_writer(&mut body, value) {
+        Ok(()) => with_body(status, Some("application/json"), Bytes::from(body)),
         Err(err) => {
             tracing::error!(error = %err, "could not serialise a response");
             with_body(

@@ -4,8 +4,8 @@
 //! One more is answered 503 at once, so a client that keeps its requests busy (a body sent a
 //! byte a second) holds at most its share of the connections, never all of them.
 
+use crate::HashMap;
 use std::{
-    collections::HashMap,
     hash::Hash,
     sync::{Arc, Mutex, PoisonError},
 };
@@ -22,7 +22,7 @@ impl<K: Hash + Eq + Clone> Shares<K> {
     pub fn new(max: usize) -> Arc<Self> {
         Arc::new(Shares {
             max: max.max(1),
-            counts: Mutex::new(HashMap::new()),
+            counts: Mutex::new(HashMap::default()),
         })
     }
 

@@ -10,7 +10,9 @@ use std::{
 
 use k8s_openapi::jiff::Timestamp;
 
-pub use super::registry::{DeviceRecord, Registry, devices_secret_name, token_hash};
+pub use super::registry::{
+    DeviceRecord, Registry, constant_time_eq, devices_secret_name, token_hash,
+};
 
 use crate::crd::{
     DeviceState, DeviceStatus, DeviceSummary, DevicesSpec, Enrollment, Reported,
@@ -231,15 +233,10 @@ fn silence(last_seen: Timestamp, now: Timestamp) -> Duration {
     Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
 
-/// `t` as Kubernetes writes times: RFC 3339, whole seconds, UTC.
-pub fn rfc3339(t: Timestamp) -> String {
-    Timestamp::from_second(t.as_second())
-        .unwrap_or(t)
-        .to_string()
-}
+pub use super::clock::rfc3339;
 
 fn parse_time(text: &str) -> Option<Timestamp> {
-    text.parse().ok()
+    super::clock::parse_rfc3339(text)
 }
 
 /// How long a listed device that the registry does not show is kept: the registry (a cached

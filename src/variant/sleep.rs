@@ -106,7 +106,7 @@ impl SleepPolicy {
 }
 
 pub(super) fn at(text: &str) -> Option<Timestamp> {
-    text.parse().ok()
+    super::clock::parse_rfc3339(text)
 }
 
 pub(super) fn secs(d: Duration) -> i64 {

@@ -66,6 +66,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
     (
         "variant",
         &[
+            "clock",
             "meta",
             "owner",
             "names",

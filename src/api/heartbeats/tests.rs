@@ -95,3 +95,46 @@ fn a_replica_claims_one_write_per_period() {
     beats.forget("ns", "web", "a");
     assert_eq!(beats.get("ns", "web", "a"), None);
 }
+
+// R40: each device is its own entry, however long its names: heard, claimed, read and
+// forgotten by namespace, Mutation and id.
+#[test]
+fn each_device_is_remembered_apart() {
+    let beats = Heartbeats::default();
+    let now = Timestamp::from_second(1_800_000_000).unwrap_or_else(|e| panic!("{e}"));
+    let long = "d".repeat(600);
+    let reported = Reported {
+        rssi: Some(-60),
+        ..Reported::default()
+    };
+    for (ns, name, id) in [
+        ("ns", "web", "a"),
+        ("ns", "web", "b"),
+        ("ns", "we", "ba"),
+        ("ns", "web", long.as_str()),
+    ] {
+        beats.heard(ns, name, id, now, &reported);
+    }
+    assert!(beats.claim_write("ns", "web", "a", now, Duration::from_secs(60)));
+    assert!(!beats.claim_write("ns", "web", "a", now, Duration::from_secs(60)));
+    assert!(beats.claim_write("ns", "web", "b", now, Duration::from_secs(60)));
+    assert!(beats.claim_write("ns", "we", "ba", now, Duration::from_secs(60)));
+    assert_eq!(
+        beats.get("ns", "web", &long).map(|b| b.reported.rssi),
+        Some(Some(-60))
+    );
+    assert!(beats.get("ns", "web", "c").is_none());
+    beats.unclaim("ns", "web", "a");
+    assert!(beats.claim_write("ns", "web", "a", now, Duration::from_secs(60)));
+    beats.forget("ns", "web", &long);
+    assert!(beats.get("ns", "web", &long).is_none());
+    assert!(beats.get("ns", "web", "b").is_some());
+}
+
+// R40: each reported header is found by its name as a `HeaderMap` holds it.
+#[test]
+fn reported_names_are_their_lower_case() {
+    for (name, lower) in REPORTED.iter().zip(LOWER) {
+        assert_eq!(name.to_ascii_lowercase(), lower);
+    }
+}
