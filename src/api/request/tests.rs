@@ -45,10 +45,9 @@ fn no_server() -> kube::Client {
     kube::Client::new(service, "ns")
 }
 
-// R52: a device's poll resolves its Mutation once: the context's look-up serves the
-// authentication, the rights, the heartbeat, the body limit and the handler alike
-#[tokio::test]
-async fn a_poll_looks_its_mutation_up_once() {
+/// The caches and the API of one Mutation `ns/m` with a sleeping variant `d` and one device
+/// `d` (token [`DEVICE_TOKEN`]); its own token is 64 `a`s.
+fn one_mutation_with_a_device() -> (crate::cache::Caches, Arc<ApiState>) {
     let (caches, mut writers) = crate::cache::for_tests();
     writers.sync();
     let mut m = fixtures::mutation("m", vec![fixtures::variant("d", &[], 1)]);
@@ -84,32 +83,47 @@ async fn a_poll_looks_its_mutation_up_once() {
         Served::Named(vec!["ns".into()]),
         crate::variant::PodSecurity::default(),
     ));
+    (caches, state)
+}
+
+/// The request `GET path` with `token` through the pipeline's gates, as `api::dispatch` takes
+/// it: its context (the Mutation looked up) and its caller.
+async fn through_the_gates<'p>(
+    state: &Arc<ApiState>,
+    path: &'p str,
+    token: &str,
+) -> (Ctx<'p>, Caller) {
     let mut headers = HeaderMap::new();
-    let bearer = format!("Bearer {DEVICE_TOKEN}");
+    let bearer = format!("Bearer {token}");
     headers.insert(AUTHORIZATION, HeaderValue::from_str(&bearer).unwrap());
-    let path = "/api/v1/namespaces/ns/mutations/m/devices/d/poll";
     let Resolved::Found(route, params) = crate::api::routes::resolve(&Method::GET, path) else {
         panic!("{path} is a route");
     };
-
-    caches.lookups.store(0, Ordering::Relaxed);
-    let mut ctx = Ctx::new(&state, route, params).unwrap();
-    ready(&state).unwrap();
-    ctx.served_by(&state).unwrap();
-    let caller = authenticate(&state, &mut ctx, &headers, None)
+    let mut ctx = Ctx::new(state, route, params).unwrap();
+    ready(state).unwrap();
+    ctx.served_by(state).unwrap();
+    let caller = authenticate(state, &mut ctx, &headers, None).await.unwrap();
+    admit(state, &ctx, &caller).unwrap();
+    heard(state, &ctx, &caller, &Method::GET, &headers).unwrap();
+    validated(state, &mut ctx, &caller, &Method::GET, &headers)
         .await
         .unwrap();
+    assert!(body_limit(state, &ctx, &caller) > 0);
+    (ctx, caller)
+}
+
+// R52: a device's poll resolves its Mutation once: the context's look-up serves the
+// authentication, the rights, the heartbeat, the body limit and the handler alike
+#[tokio::test]
+async fn a_poll_looks_its_mutation_up_once() {
+    let (caches, state) = one_mutation_with_a_device();
+    caches.lookups.store(0, Ordering::Relaxed);
+    let path = "/api/v1/namespaces/ns/mutations/m/devices/d/poll";
+    let (ctx, caller) = through_the_gates(&state, path, DEVICE_TOKEN).await;
     assert!(
         matches!(&caller, Caller::Device { id, .. } if id == "d"),
         "{caller:?}"
     );
-    admit(&state, &ctx, &caller).unwrap();
-    heard(&state, &ctx, &caller, &Method::GET, &headers).unwrap();
-    validated(&state, &mut ctx, &caller, &Method::GET, &headers)
-        .await
-        .unwrap();
-    let limit = body_limit(&state, &ctx, &caller);
-    assert!(limit > 0);
     let answer = poll::poll(&state, &caller, ctx.mutation.zip(ctx.parsed))
         .await
         .unwrap();
@@ -118,6 +132,31 @@ async fn a_poll_looks_its_mutation_up_once() {
         caches.lookups.load(Ordering::Relaxed),
         1,
         "one look-up of the Mutation for the whole poll"
+    );
+}
+
+// R52: a read answers from the Mutation the request looked up: a variant's GET (by the
+// device that uses it, R39) looks it up once
+#[tokio::test]
+async fn a_variant_get_looks_its_mutation_up_once() {
+    let (caches, state) = one_mutation_with_a_device();
+    caches.lookups.store(0, Ordering::Relaxed);
+    let path = "/api/v1/namespaces/ns/mutations/m/variants/d";
+    let (ctx, caller) = through_the_gates(&state, path, DEVICE_TOKEN).await;
+    assert!(matches!(&caller, Caller::Device { .. }), "{caller:?}");
+    let at = crate::api::variants::At {
+        ns: "ns",
+        name: "m",
+        label: "d",
+    };
+    let answer = crate::api::variants::get(&state, &caller, at, ctx.mutation.clone())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(
+        caches.lookups.load(Ordering::Relaxed),
+        1,
+        "one look-up of the Mutation for the whole GET"
     );
 }
 
