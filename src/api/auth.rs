@@ -217,9 +217,11 @@ impl Auth {
         let owner = owner?;
         let name = owner.metadata.name.as_deref()?;
         let uid = owner.metadata.uid.as_deref()?;
-        let secret = caches
-            .secrets
-            .get(&ObjectRef::new(&secret_name(name)).within(namespace))?;
+        // One key for both Secrets, its name replaced: each look-up of the store takes a key
+        // of its own strings.
+        let mut key = ObjectRef::new("").within(namespace);
+        key.name = secret_name(name);
+        let secret = caches.secrets.get(&key)?;
         if !is_controlled_by(&secret.metadata, uid) {
             return None;
         }
@@ -234,9 +236,8 @@ impl Auth {
         // R39: a device's token, checked against the hashes of the Mutation's devices Secret,
         // while the Mutation has spec.devices.
         owner.spec.devices.as_ref()?;
-        let devices = caches
-            .secrets
-            .get(&ObjectRef::new(&devices_secret_name(name)).within(namespace))?;
+        key.name = devices_secret_name(name);
+        let devices = caches.secrets.get(&key)?;
         if !is_controlled_by(&devices.metadata, uid) {
             return None;
         }

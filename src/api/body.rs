@@ -1,6 +1,6 @@
 //! Request bodies (R24): read within the limits, refused when nested too deeply, decoded.
 
-use hyper::{Request, body::Incoming};
+use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 
 use super::{error::ApiError, state::ApiState};
@@ -11,11 +11,11 @@ use crate::{connect::depth::deepest, http, variant::MAX_BASE_DEPTH};
 /// budget of buffered bytes 503, malformed or of the wrong shape 400 with serde's message.
 pub(crate) async fn read_json<T: DeserializeOwned>(
     state: &ApiState,
-    req: Request<Incoming>,
+    body: Incoming,
     limit: usize,
     held: &mut http::Reservation,
 ) -> Result<T, ApiError> {
-    let bytes = http::read_body(req.into_body(), limit, state.server.body_timeout, held)
+    let bytes = http::read_body(body, limit, state.server.body_timeout, held)
         .await
         .map_err(|e| {
             let response = e.response();

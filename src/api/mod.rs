@@ -99,8 +99,10 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<ht
 }
 
 async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http::Key) -> ApiResult {
-    let path = req.uri().path().to_string();
-    let (route, params) = match routes::resolve(req.method(), &path) {
+    // The head is kept apart from the body: the path's names are borrowed from it for the
+    // whole request, the body read (or not) by the route.
+    let (head, incoming) = req.into_parts();
+    let (route, params) = match routes::resolve(&head.method, head.uri.path()) {
         Resolved::NotFound => return Ok(http::not_found()),
         Resolved::MethodNotAllowed(allowed) => return Ok(http::method_not_allowed(&allowed)),
         Resolved::Found(route, params) => (route, params),
@@ -108,8 +110,8 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     let mut ctx = Ctx::new(state, route, params)?;
     request::ready(state)?;
     ctx.served_by(state)?;
-    let client = req.extensions().get::<http::Client>().map(|c| c.0);
-    let caller = request::authenticate(state, &mut ctx, req.headers(), client).await?;
+    let client = head.extensions.get::<http::Client>().map(|c| c.0);
+    let caller = request::authenticate(state, &mut ctx, &head.headers, client).await?;
     *key = caller.budget_key();
     // R44: a caller, and its Mutation with all its devices, have at most their shares of the
     // connections busy.
@@ -118,13 +120,14 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         Err(message) => return Ok(http::at_share(message)),
     };
     request::admit(state, &ctx, &caller)?;
-    request::heard(state, &ctx, &caller, req.method(), req.headers())?;
-    request::validated(state, &mut ctx, &caller, req.method(), req.headers()).await?;
+    request::heard(state, &ctx, &caller, &head.method, &head.headers)?;
+    request::validated(state, &mut ctx, &caller, &head.method, &head.headers).await?;
     // R44: a body is held in the caller's share while it is read and handled.
     let limit = request::body_limit(state, &ctx, &caller);
     let mut held = state.buffers.open(key.clone());
     let body = Unread {
-        req,
+        incoming,
+        headers: &head.headers,
         limit,
         held: &mut held,
     };
@@ -134,7 +137,9 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
 /// A request's body, not read yet: read only by the routes that take one, within `limit`,
 /// held in the caller's share.
 struct Unread<'h> {
-    req: Request<Incoming>,
+    incoming: Incoming,
+    /// The request's headers.
+    headers: &'h hyper::HeaderMap,
     limit: usize,
     held: &'h mut http::Reservation,
 }
@@ -143,7 +148,7 @@ impl Unread<'_> {
     /// The body as JSON of type `T` (400, 408 or 413 naming what was wrong); the time the
     /// client takes to send it is not counted against the request's deadline.
     async fn json<T: serde::de::DeserializeOwned>(self, state: &ApiState) -> Result<T, ApiError> {
-        http::overdue::excluding(read_json(state, self.req, self.limit, self.held)).await
+        http::overdue::excluding(read_json(state, self.incoming, self.limit, self.held)).await
     }
 }
 
@@ -191,10 +196,10 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
         Action::RotateToken => devices::rotate(state, caller, ns, name, id).await,
         Action::Poll => poll::poll(state, caller, known.zip(ctx.parsed)).await,
         Action::DeviceScreen => {
-            screens::of_device(state, caller, (ns, name, id), known, body.req.headers()).await
+            screens::of_device(state, caller, (ns, name, id), known, body.headers).await
         }
         Action::VariantScreen => {
-            screens::of_variant(state, caller, (ns, name, label), known, body.req.headers()).await
+            screens::of_variant(state, caller, (ns, name, label), known, body.headers).await
         }
         Action::ResumeRollout => rollout::resume(state, ns, name).await,
         Action::AbortRollout => rollout::abort(state, ns, name).await,
