@@ -151,6 +151,20 @@ async fn an_unused_variant_idles_and_a_poll_wakes_it() {
         .len();
     f.wait_deployment("m-lobby", "at zero again", |d| replicas(d) == Some(0))
         .await;
+    // The operator answers from its caches, which hear of its own status write a moment
+    // after the API server shows it: the polls below start once it answers lobby idle too.
+    let lobby = format!(
+        "/api/v1/namespaces/{}/mutations/m/variants/lobby",
+        f.ns.name
+    );
+    common::wait_for("the operator's answer: lobby idle", CONVERGE, || async {
+        let reply = common::http::Request::new("GET", &lobby, Some(ADMIN), None)
+            .send(f.operator.api_port)
+            .await;
+        let state = reply.json()["status"]["state"].clone();
+        if state == "Idle" { Ok(()) } else { Err(state) }
+    })
+    .await;
 
     // The fifty poll together, early: each answered at once, not ready, told when to retry.
     let polls = boards
