@@ -70,7 +70,7 @@ pub mod tls;
 pub use body::read_body;
 #[cfg(test)]
 use budget::FREE_BYTES;
-pub use budget::{Budget, Key, Reservation, hold_answer, key_of};
+pub use budget::{Budget, Key, Reservation, hold_answer, key_of, with_joined};
 pub use error::ApiError;
 pub use limits::ServerConfig;
 pub use response::{Body, error, json, method_not_allowed, no_content, not_found, text};

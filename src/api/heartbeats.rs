@@ -165,20 +165,7 @@ pub struct Heartbeats {
 /// `f` of the map's key of device `id` of `ns/name` (the three names joined by a character
 /// none of them may hold), made on the stack: a poll looks its device up several times.
 fn with_key<R>(ns: &str, name: &str, id: &str, f: impl FnOnce(&str) -> R) -> R {
-    let parts = [ns, "\n", name, "\n", id];
-    let mut buf = [0u8; 512];
-    let mut len = 0;
-    for part in parts {
-        let Some(slot) = buf.get_mut(len..len + part.len()) else {
-            return f(&parts.concat());
-        };
-        slot.copy_from_slice(part.as_bytes());
-        len += part.len();
-    }
-    match std::str::from_utf8(&buf[..len]) {
-        Ok(key) => f(key),
-        Err(_) => f(&parts.concat()),
-    }
+    crate::http::with_joined(&[ns, "\n", name, "\n", id], f)
 }
 
 impl Heartbeats {

@@ -32,17 +32,26 @@ pub type Key = Arc<str>;
 /// The key that is `parts` written one after the other, made with one allocation (a request
 /// makes its keys on every call, R44).
 pub fn key_of(parts: &[&str]) -> Key {
+    with_joined(parts, |joined| Arc::from(joined))
+}
+
+/// `f` of `parts` written one after the other, on the stack when they fit in 512 bytes (a
+/// request's look-up keys, made on every call), in a new string otherwise.
+pub fn with_joined<R>(parts: &[&str], f: impl FnOnce(&str) -> R) -> R {
     let mut buf = [0u8; 512];
     let mut len = 0;
     for part in parts {
         let Some(slot) = buf.get_mut(len..len + part.len()) else {
-            return Arc::from(parts.concat());
+            return f(&parts.concat());
         };
         slot.copy_from_slice(part.as_bytes());
         len += part.len();
     }
     // Whole `str`s written back to back are text.
-    std::str::from_utf8(&buf[..len]).map_or_else(|_| Arc::from(parts.concat()), Arc::from)
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(joined) => f(joined),
+        Err(_) => f(&parts.concat()),
+    }
 }
 
 /// Why a reservation was refused.
