@@ -10,10 +10,7 @@ use std::{sync::Mutex, time::Duration};
 use hyper::{HeaderMap, header::HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::{
-    HashMap,
-    crd::{PollStats, Reported},
-};
+use crate::{HashMap, crd::Reported, variant::sleep::PollSeen};
 
 /// Most devices one replica remembers.
 pub const MAX_REMEMBERED: usize = 20_000;
@@ -38,6 +35,14 @@ const LOWER: [&str; REPORTED.len()] = [
     "height",
 ];
 
+/// Where header `name` (lower case, as a `HeaderMap` holds it) is in [`REPORTED`]: its length
+/// first, so that most of a request's headers are passed over after one comparison.
+fn reported_at(name: &str) -> Option<usize> {
+    LOWER
+        .iter()
+        .position(|r| r.len() == name.len() && *r == name)
+}
+
 /// Reads what a device reports in `headers` (`Refresh-Rate`, `Battery-Voltage`, `RSSI`,
 /// `FW-Version`, `Width`, `Height`, as TRMNL firmware sends them); a header that is there and
 /// malformed is refused, naming it.
@@ -45,13 +50,18 @@ pub fn reported(headers: &HeaderMap) -> Result<Reported, String> {
     // One pass over the request's few headers, comparing names (lower case in a `HeaderMap`),
     // rather than a look-up of each of the six names: a poll carries them all or none.
     let mut found: [Option<&HeaderValue>; REPORTED.len()] = [None; REPORTED.len()];
+    let mut any = false;
     for (name, value) in headers {
-        let Some(at) = LOWER.iter().position(|r| *r == name.as_str()) else {
+        let Some(at) = reported_at(name.as_str()) else {
             continue;
         };
         if found[at].replace(value).is_some() {
             return Err(format!("header {}: sent more than once", REPORTED[at]));
         }
+        any = true;
+    }
+    if !any {
+        return Ok(Reported::default());
     }
     let text = |name: &str| -> Result<Option<&str>, String> {
         let Some(at) = REPORTED.iter().position(|r| *r == name) else {
@@ -153,7 +163,7 @@ pub struct Beat {
     /// When this replica last wrote its status entry.
     pub written: Option<Timestamp>,
     /// What its polls taught this replica (R42), written or not.
-    pub poll: Option<PollStats>,
+    pub poll: Option<PollSeen>,
 }
 
 /// The devices this replica heard, by namespace, Mutation and id.
@@ -179,13 +189,42 @@ impl Heartbeats {
         now: Timestamp,
         reported: &Reported,
     ) -> Beat {
+        self.beat(ns, name, id, now, reported, None::<fn(_, _) -> PollSeen>)
+    }
+
+    /// [`Heartbeats::heard`] of a poll (R42): `taught` makes what the poll taught from what
+    /// this replica kept of the device's polls and its refresh rate as now known, and it is
+    /// kept, all in the one look-up.
+    pub fn heard_polled(
+        &self,
+        ns: &str,
+        name: &str,
+        id: &str,
+        now: Timestamp,
+        reported: &Reported,
+        taught: impl FnOnce(Option<PollSeen>, Option<u32>) -> PollSeen,
+    ) -> Beat {
+        self.beat(ns, name, id, now, reported, Some(taught))
+    }
+
+    fn beat(
+        &self,
+        ns: &str,
+        name: &str,
+        id: &str,
+        now: Timestamp,
+        reported: &Reported,
+        taught: Option<impl FnOnce(Option<PollSeen>, Option<u32>) -> PollSeen>,
+    ) -> Beat {
+        // A poisoned map (a panic while it was held): the beat as this request has it.
+        let alone = || Beat {
+            seen: now,
+            reported: reported.clone(),
+            written: None,
+            poll: None,
+        };
         let Ok(mut beats) = self.beats.lock() else {
-            return Beat {
-                seen: now,
-                reported: reported.clone(),
-                written: None,
-                poll: None,
-            };
+            return alone();
         };
         if beats.len() >= MAX_REMEMBERED {
             forget_oldest(&mut beats);
@@ -203,14 +242,12 @@ impl Heartbeats {
             let beat = beats.get_mut(key)?;
             beat.seen = beat.seen.max(now);
             merge(&mut beat.reported, reported);
+            if let Some(taught) = taught {
+                beat.poll = Some(taught(beat.poll, beat.reported.refresh_rate));
+            }
             Some(beat.clone())
         })
-        .unwrap_or_else(|| Beat {
-            seen: now,
-            reported: reported.clone(),
-            written: None,
-            poll: None,
-        })
+        .unwrap_or_else(alone)
     }
 
     /// Whether this replica wrote device `id` within `every` of `now`; if not, notes that it
@@ -251,15 +288,10 @@ impl Heartbeats {
         with_key(ns, name, id, |key| beats.get(key).cloned())
     }
 
-    /// Remembers what device `id`'s polls taught this replica.
-    pub fn polled(&self, ns: &str, name: &str, id: &str, stats: &PollStats) {
-        if let Ok(mut beats) = self.beats.lock() {
-            with_key(ns, name, id, |key| {
-                if let Some(beat) = beats.get_mut(key) {
-                    beat.poll = Some(stats.clone());
-                }
-            });
-        }
+    /// The refresh rate device `id` last reported (`Refresh-Rate`), without a copy of its beat.
+    pub fn refresh_rate(&self, ns: &str, name: &str, id: &str) -> Option<u32> {
+        let beats = self.beats.lock().ok()?;
+        with_key(ns, name, id, |key| beats.get(key)?.reported.refresh_rate)
     }
 
     /// Forgets device `id` (it was removed).

@@ -2,7 +2,7 @@
 //! (`heartbeats`) and has the store write the device's status entry only when it must: the
 //! store batches the entries of one Mutation that are due together into one write.
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use hyper::{HeaderMap, StatusCode};
 use k8s_openapi::jiff::Timestamp;
@@ -15,29 +15,29 @@ use super::{
     state::ApiState,
 };
 use crate::{
-    crd::{DeviceStatus, Mutation, PollStats, Reported, VariantStatus},
+    crd::{DeviceStatus, Mutation, Reported, VariantStatus},
     variant::{
         devices::{Policy, heard, must_persist},
         parsed::Parsed,
-        sleep::{poll_must_persist, poll_refresh, polled, retry_after},
+        sleep::{PollSeen, poll_must_persist, poll_refresh, polled, retry_after},
     },
 };
 
 /// A heartbeat to be written: what the device's entry becomes, and when it must be.
 #[derive(Clone, Debug)]
-struct Due {
-    id: String,
-    variant: String,
+struct Due<'a> {
+    id: Cow<'a, str>,
+    variant: Cow<'a, str>,
     now: Timestamp,
     reported: Reported,
     /// A poll of a Mutation whose variants sleep: what it teaches of the device's polls, and
     /// how often a poll is written anyway.
-    poll: Option<(PollStats, std::time::Duration)>,
+    poll: Option<(PollSeen, std::time::Duration)>,
     /// Whether a poll wakes its variant: not with `spec.screen`, whose refresh does (R53).
     polls_wake: bool,
 }
 
-impl Due {
+impl Due<'_> {
     /// Whether the entry `entry` (None: not listed), with its variant's status `variant`, must
     /// be written for this heartbeat.
     fn must_write(
@@ -72,7 +72,7 @@ impl Due {
         let entry = at.map_or(fallback, |i| &list[i]);
         let mut updated = heard(entry, self.now, &self.reported);
         if let Some((stats, _)) = &self.poll {
-            updated.poll = Some(stats.clone());
+            updated.poll = Some(stats.written());
         }
         match at {
             Some(i) => list[i] = updated,
@@ -91,6 +91,16 @@ fn variant_status<'a>(m: &'a Mutation, label: &str) -> Option<&'a VariantStatus>
         .find(|v| v.label == label)
 }
 
+/// What a device's heartbeat found that its poll answers with (R42), so that the poll does
+/// not look it up again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// The refresh rate the device last reported (`Refresh-Rate`), this request's or before.
+    pub refresh_rate: Option<u32>,
+    /// With `spec.devices.sleep`, what `retry_after` said (None: not asked).
+    pub retry_after: Option<Option<u64>>,
+}
+
 /// A request of a device (R40): a heartbeat, with what its headers report (400 naming a
 /// malformed one). Kept in memory; the status entry is written only when [`must_persist`]
 /// says so and this replica has not written it within `persistEvery`, by the store, which the
@@ -105,7 +115,7 @@ pub fn heard_from(
     m: Option<(&Mutation, &Parsed)>,
     headers: &HeaderMap,
     poll: bool,
-) -> Result<(), ApiError> {
+) -> Result<Heard, ApiError> {
     let Caller::Device {
         namespace: ns,
         name,
@@ -114,55 +124,76 @@ pub fn heard_from(
         ..
     } = caller
     else {
-        return Ok(());
+        return Ok(Heard::default());
     };
     let reported = reported(headers).map_err(ApiError::bad_request)?;
     let now = Timestamp::now();
+    let sleep = m.and_then(|(_, parsed)| parsed.sleep()).filter(|_| poll);
+    let waiting = m
+        .zip(sleep)
+        .map(|((m, _), sleep)| retry_after(m, Some(sleep), variant, now));
+    let persisted = m.and_then(|(m, _)| listed(m).iter().find(|d| d.id == *id));
+    // One look-up of the device's beat: heard, and with sleep what this poll taught, from the
+    // statistics this replica kept (else the written ones).
+    let mut taught = None;
     let Beat {
-        reported: known,
-        poll: remembered,
-        ..
-    } = state.heartbeats.heard(ns, name, id, now, &reported);
+        reported: known, ..
+    } = if sleep.is_some() {
+        state
+            .heartbeats
+            .heard_polled(ns, name, id, now, &reported, |remembered, refresh_rate| {
+                let retry_at = waiting.flatten().and_then(|s| {
+                    Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok()
+                });
+                let previous =
+                    remembered.or_else(|| persisted.and_then(|d| PollSeen::read(d.poll.as_ref()?)));
+                let stats = polled(previous.as_ref(), now, refresh_rate, retry_at);
+                taught = Some(stats);
+                stats
+            })
+    } else {
+        state.heartbeats.heard(ns, name, id, now, &reported)
+    };
+    let heard = Heard {
+        refresh_rate: known.refresh_rate,
+        retry_after: waiting,
+    };
     let Some((m, parsed)) = m else {
-        return Ok(());
+        return Ok(heard);
     };
     let Some(policy) = parsed.devices() else {
-        return Ok(());
+        return Ok(heard);
     };
-    let persisted = listed(m).iter().find(|d| d.id == *id);
-    let sleep = if poll { parsed.sleep() } else { None };
-    let poll = sleep.map(|sleep| {
-        let retry_at = retry_after(m, Some(sleep), variant, now)
-            .and_then(|s| Timestamp::from_second(now.as_second() + i64::try_from(s).ok()?).ok());
-        let previous = remembered
-            .as_ref()
-            .or(persisted.and_then(|d| d.poll.as_ref()));
-        let stats = polled(previous, now, known.refresh_rate, retry_at);
-        state.heartbeats.polled(ns, name, id, &stats);
-        (stats, poll_refresh(sleep.keep_warm, policy.persist_every))
-    });
+    let poll = sleep
+        .zip(taught)
+        .map(|(sleep, stats)| (stats, poll_refresh(sleep.keep_warm, policy.persist_every)));
     // The device's record in the devices Secret was found by its authentication, from the
     // same cache: it is read again only on the write path, which must see a removal.
     let due = Due {
-        id: id.clone(),
-        variant: variant.clone(),
+        id: Cow::Borrowed(id),
+        variant: Cow::Borrowed(variant),
         now,
         reported: known,
         poll,
         polls_wake: m.spec.screen.is_none(),
     };
     if !due.must_write(persisted, variant_status(m, variant), policy) {
-        return Ok(());
+        return Ok(heard);
     }
     let writes_now = due.poll.is_some() && poll_must_persist_now(&due, persisted, m);
     // A poll is written again after its own refresh period (shorter than persistEvery when
     // keepWarm is short), so that the written poll keeps its variant up.
     let every = due.poll.as_ref().map_or(policy.persist_every, |(_, r)| *r);
     if !writes_now && !state.heartbeats.claim_write(ns, name, id, now, every) {
-        return Ok(());
+        return Ok(heard);
     }
+    let due = Due {
+        id: Cow::Owned(id.clone()),
+        variant: Cow::Owned(variant.clone()),
+        ..due
+    };
     tokio::spawn(write(state.clone(), ns.clone(), name.clone(), due));
-    Ok(())
+    Ok(heard)
 }
 
 /// Whether a poll must be written now, whenever this replica last wrote the device (R42): it
@@ -186,7 +217,7 @@ fn poll_must_persist_now(due: &Due, persisted: Option<&DeviceStatus>, m: &Mutati
 /// Has the store write heartbeat `due` of Mutation `ns/name`, with the other entries of the
 /// Mutation due at the time; whether it must be written is asked again of the Mutation as the
 /// store read it, so heartbeats of one device that arrive together are written once.
-async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due) {
+async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due<'static>) {
     let id = due.id.clone();
     let caches = state.caches.clone();
     let edit = state

@@ -59,14 +59,13 @@ pub use state::ApiState;
 /// Serves one request.
 pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<http::Body> {
     let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    // For the log line: a `Uri` shares its bytes with the request's, where a path copied
+    // out would be an allocation per request.
+    let uri = req.uri().clone();
     // Whose share the answer holds: the caller's once known, else the client's address (the
     // peer's, or the one a trusted proxy names).
     let client = req.extensions().get::<http::Client>().map(|c| c.0);
-    let mut key = client.map_or_else(
-        || http::Key::from("unknown client"),
-        |ip| http::Key::from(format!("address {ip}")),
-    );
+    let mut key = None;
     // R34: one deadline over the whole request, every API-server call included.
     // The handler's future is large (every route's state): boxed, it is moved as a pointer
     // into the deadline's and the loop's futures, not copied at each (copied whole, it nearly
@@ -80,6 +79,13 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<ht
         )),
     };
     let response = result.unwrap_or_else(ApiError::response);
+    // A request refused before its caller was known: its client's address, made only then.
+    let key = key.unwrap_or_else(|| {
+        client.map_or_else(
+            || http::Key::from("unknown client"),
+            |ip| http::Key::from(format!("address {ip}")),
+        )
+    });
     // R44: the answer holds its bytes until the client has taken it.
     let response = http::hold_answer(response, state.buffers.open(key)).unwrap_or_else(|refused| {
         ApiError::new(
@@ -89,6 +95,7 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<ht
         .response()
     });
     let status = response.status().as_u16();
+    let path = uri.path();
     let client = client.map(tracing::field::display);
     if response.status().is_server_error() {
         tracing::warn!(%method, %path, status, client, "api request failed");
@@ -98,7 +105,11 @@ pub async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Response<ht
     response
 }
 
-async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http::Key) -> ApiResult {
+async fn dispatch(
+    state: &Arc<ApiState>,
+    req: Request<Incoming>,
+    share: &mut Option<http::Key>,
+) -> ApiResult {
     // The head is kept apart from the body: the path's names are borrowed from it for the
     // whole request, the body read (or not) by the route.
     let (head, incoming) = req.into_parts();
@@ -112,7 +123,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
     ctx.served_by(state)?;
     let client = head.extensions.get::<http::Client>().map(|c| c.0);
     let caller = request::authenticate(state, &mut ctx, &head.headers, client).await?;
-    *key = caller.budget_key();
+    let key = share.insert(caller.budget_key());
     // R44: a caller, and its Mutation with all its devices, have at most their shares of the
     // connections busy.
     let _in_flight = match state.in_flight.enter(&caller, key.clone()) {
@@ -120,7 +131,7 @@ async fn dispatch(state: &Arc<ApiState>, req: Request<Incoming>, key: &mut http:
         Err(message) => return Ok(http::at_share(message)),
     };
     request::admit(state, &ctx, &caller)?;
-    request::heard(state, &ctx, &caller, &head.method, &head.headers)?;
+    request::heard(state, &mut ctx, &caller, &head.method, &head.headers)?;
     request::validated(state, &mut ctx, &caller, &head.method, &head.headers).await?;
     // R44: a body is held in the caller's share while it is read and handled.
     let limit = request::body_limit(state, &ctx, &caller);
@@ -194,7 +205,7 @@ async fn run(state: &Arc<ApiState>, ctx: Ctx<'_>, caller: &Caller, body: Unread<
         Action::GetDevice => devices::get(state, caller, (ns, name, id), known).await,
         Action::RemoveDevice => devices::remove(state, caller, ns, name, id).await,
         Action::RotateToken => devices::rotate(state, caller, ns, name, id).await,
-        Action::Poll => poll::poll(state, caller, known.zip(ctx.parsed)).await,
+        Action::Poll => poll::poll(state, caller, known.zip(ctx.parsed), ctx.heard).await,
         Action::DeviceScreen => {
             screens::of_device(state, caller, (ns, name, id), known, body.headers).await
         }

@@ -12,6 +12,7 @@ use super::{
     auth::Caller,
     devices::service_of,
     error::{ApiError, ApiResult},
+    liveness::Heard,
     registry::listed,
     state::ApiState,
 };
@@ -45,8 +46,9 @@ struct PollView<'a> {
 
 /// `GET .../devices/{id}/poll` (that device only): `{variant, ready, service}`, from this
 /// replica's cache alone: it never waits on the API server or on a pod (R42). The heartbeat
-/// itself is `liveness::heard_from`, as for every request of a device; of a Mutation whose
-/// variants sleep it is written at once, and that write is what wakes an idle variant.
+/// itself is `liveness::heard_from`, as for every request of a device, and `heard` what it
+/// found; of a Mutation whose variants sleep it is written at once, and that write is what
+/// wakes an idle variant.
 ///
 /// Not ready (an idle or starting variant): `ready: false` with `retryAfterSeconds` and
 /// `Retry-After`, what is left of `warmup` since it started (`warmup` while it has not). With
@@ -56,29 +58,23 @@ pub async fn poll(
     state: &ApiState,
     caller: &Caller,
     m: Option<(Arc<Mutation>, Arc<Parsed>)>,
+    heard: Heard,
 ) -> ApiResult {
     // The request's own look-up of the Mutation: its caller is this Mutation's device.
     let Some((m, parsed)) = m else {
         return Err(ApiError::unauthorized());
     };
-    let Caller::Device {
-        variant,
-        id,
-        namespace: ns,
-        name,
-    } = caller
-    else {
+    let Caller::Device { variant, id, .. } = caller else {
         return Err(super::error::ApiError::forbidden(
             "only a device's own token polls",
         ));
     };
-    let told = state
-        .heartbeats
-        .get(ns, name, id)
-        .and_then(|beat| beat.reported.refresh_rate);
     let sleep = parsed.sleep();
-    let refresh = sleep.and_then(|sleep| refresh_seconds(&m, sleep, id, told));
-    let waiting = retry_after(&m, sleep, variant, Timestamp::now());
+    let refresh = sleep.and_then(|sleep| refresh_seconds(&m, sleep, id, heard.refresh_rate));
+    // Its heartbeat asked already, with sleep.
+    let waiting = heard
+        .retry_after
+        .unwrap_or_else(|| retry_after(&m, sleep, variant, Timestamp::now()));
     // R53: with spec.screen the device takes the screen the API serves; its variant sleeping
     // is no reason to come back sooner.
     let retry = waiting.filter(|_| m.spec.screen.is_none());

@@ -49,6 +49,8 @@ pub struct Ctx<'r> {
     pub parsed: Option<Arc<Parsed>>,
     /// Whether the API serves the namespace ([`Ctx::served_by`]).
     pub served: bool,
+    /// What a device's heartbeat found that its poll answers with ([`heard`]).
+    pub heard: liveness::Heard,
 }
 
 impl<'r> Ctx<'r> {
@@ -75,6 +77,7 @@ impl<'r> Ctx<'r> {
             mutation: None,
             parsed: None,
             served: false,
+            heard: liveness::Heard::default(),
         };
         ctx.refresh(state);
         Ok(ctx)
@@ -208,7 +211,7 @@ pub fn admit(state: &ApiState, ctx: &Ctx<'_>, caller: &Caller) -> Result<(), Api
 /// changes are charged to it (429 beyond its budget).
 pub fn heard(
     state: &Arc<ApiState>,
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     caller: &Caller,
     method: &Method,
     headers: &HeaderMap,
@@ -217,7 +220,7 @@ pub fn heard(
     if action != Action::RemoveDevice {
         let poll = action == Action::Poll;
         let m = ctx.mutation.as_deref().zip(ctx.parsed.as_deref());
-        liveness::heard_from(state, caller, m, headers, poll)?;
+        ctx.heard = liveness::heard_from(state, caller, m, headers, poll)?;
     }
     let Caller::Device { id, .. } = caller else {
         return Ok(());

@@ -89,7 +89,7 @@ pub fn deployment_name(base: &str, label: &str) -> String {
 
 /// The name of a Mutation's Secret: `<name>-secret` (R13).
 pub fn secret_name(mutation: &str) -> String {
-    format!("{mutation}-secret")
+    [mutation, "-secret"].concat()
 }
 
 /// The key of the token in a Mutation's Secret.

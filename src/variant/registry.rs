@@ -15,7 +15,7 @@ pub const MADE_KEY: &str = "made-variants";
 
 /// The name of Mutation `name`'s devices Secret.
 pub fn devices_secret_name(name: &str) -> String {
-    format!("{name}-devices")
+    [name, "-devices"].concat()
 }
 
 /// The SHA-256 of a token: all that is ever stored of a device's token.

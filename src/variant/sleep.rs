@@ -117,19 +117,55 @@ pub(super) fn plus(t: Timestamp, seconds: i64) -> Timestamp {
     Timestamp::from_second(t.as_second().saturating_add(seconds)).unwrap_or(t)
 }
 
+/// What a device's polls taught (R42) as this replica keeps it from poll to poll: the
+/// status's [`PollStats`] with its times as times, made text only when written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollSeen {
+    /// Its last poll.
+    pub last: Timestamp,
+    /// Seconds between its polls.
+    pub interval_seconds: Option<u32>,
+    /// A moving average of how early or late it came, in seconds.
+    pub lateness_seconds: Option<u32>,
+    /// Its last poll found its variant not ready: when it was told to come back.
+    pub retry_at: Option<Timestamp>,
+}
+
+impl PollSeen {
+    /// The statistics a status holds, read; None when its last poll is no time (a retry time
+    /// that is none is left out).
+    pub fn read(written: &PollStats) -> Option<Self> {
+        Some(Self {
+            last: at(&written.last)?,
+            interval_seconds: written.interval_seconds,
+            lateness_seconds: written.lateness_seconds,
+            retry_at: written.retry_at.as_deref().and_then(at),
+        })
+    }
+
+    /// The statistics as the status holds them.
+    pub fn written(&self) -> PollStats {
+        PollStats {
+            last: rfc3339(self.last),
+            interval_seconds: self.interval_seconds,
+            lateness_seconds: self.lateness_seconds,
+            retry_at: self.retry_at.map(rfc3339),
+        }
+    }
+}
+
 /// A device's poll statistics after a poll at `now`: its interval is what it reports
 /// (`Refresh-Rate`), else a moving average of the gaps between its polls (a gap of more than
 /// one and a half intervals is a missed poll and not counted); its lateness a moving average
 /// of how far from the expected time it came; `retry_at`, when the poll found its variant not
 /// ready, when the device was told to come back.
 pub fn polled(
-    previous: Option<&PollStats>,
+    previous: Option<&PollSeen>,
     now: Timestamp,
     refresh_rate: Option<u32>,
     retry_at: Option<Timestamp>,
-) -> PollStats {
-    let last = previous.and_then(|p| at(&p.last));
-    let gap = last.map(|l| now.as_second().saturating_sub(l.as_second()));
+) -> PollSeen {
+    let gap = previous.map(|p| now.as_second().saturating_sub(p.last.as_second()));
     let known = previous.and_then(|p| p.interval_seconds);
     let measured = match (gap, known) {
         (Some(g), _) if g < 1 => known,
@@ -146,11 +182,11 @@ pub fn polled(
         }
         _ => previous.and_then(|p| p.lateness_seconds),
     };
-    PollStats {
-        last: rfc3339(now),
+    PollSeen {
+        last: now,
         interval_seconds: refresh_rate.or(measured),
         lateness_seconds: lateness,
-        retry_at: retry_at.map(rfc3339),
+        retry_at,
     }
 }
 
@@ -200,19 +236,34 @@ pub fn poll_refresh(keep_warm: Duration, persist_every: Duration) -> Duration {
         .max(Duration::from_secs(1))
 }
 
+/// Whether the interval a poll taught moved from the written one by more than the leader's
+/// window absorbs: more than the device's written lateness, and more than a second (the
+/// window's margin is twice the lateness, at least [`MIN_MARGIN`]). A device that polls with
+/// a jitter moves its average a little at every poll; that is no reason to write.
+fn interval_moved(written: &PollStats, stats: &PollSeen) -> bool {
+    match (written.interval_seconds, stats.interval_seconds) {
+        (Some(was), Some(is)) => {
+            let absorbed = written.lateness_seconds.unwrap_or(0).max(1);
+            was.abs_diff(is) > absorbed
+        }
+        (was, is) => was != is,
+    }
+}
+
 /// Whether a poll whose statistics are now `stats` must be written to its device's status
 /// entry `entry` (R42): what the leader decides from is what is written, so a poll is written
 /// when the entry has no poll yet, when it would wake its variant (`variant`'s status says
 /// Idle, and no poll written since it went idle asks for the wake yet), when it learnt
-/// another interval, when it is the first to tell the device to come back (the variant waits
-/// `keepWarm` after that), and when the written poll is `refresh` old. Every other poll changes no decision, and writes nothing:
+/// another interval (one its window does not absorb: `interval_moved`), when it is the first
+/// to tell the device to come back (the variant waits `keepWarm` after that), and when the
+/// written poll is `refresh` old. Every other poll changes no decision, and writes nothing:
 /// a device polling ten times a second costs no more writes than one polling once. With
 /// `spec.screen` (`polls_wake` false, R53) a poll wakes nothing and tells no device to come
 /// back, so neither is a reason to write.
 pub fn poll_must_persist(
     entry: Option<&DeviceStatus>,
     variant: Option<&VariantStatus>,
-    stats: &PollStats,
+    stats: &PollSeen,
     now: Timestamp,
     refresh: Duration,
     polls_wake: bool,
@@ -232,7 +283,7 @@ pub fn poll_must_persist(
     if polls_wake && idle_since.is_some_and(|since| last < since) {
         return true;
     }
-    if written.interval_seconds != stats.interval_seconds {
+    if interval_moved(written, stats) {
         return true;
     }
     if polls_wake && written.retry_at.is_none() && stats.retry_at.is_some() {

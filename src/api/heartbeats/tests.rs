@@ -138,3 +138,43 @@ fn reported_names_are_their_lower_case() {
         assert_eq!(name.to_ascii_lowercase(), lower);
     }
 }
+
+// R42: a poll's statistics are made from what this replica kept of the device's polls and
+// its refresh rate as now known, and kept, in the same look-up as its heartbeat
+#[test]
+fn a_poll_learns_from_the_beat_it_is_heard_with() {
+    let beats = Heartbeats::default();
+    let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"));
+    let told = Reported {
+        refresh_rate: Some(900),
+        ..Reported::default()
+    };
+    let mut asked = Vec::new();
+    let taught = |now: i64| {
+        move |kept: Option<PollSeen>, rate: Option<u32>| {
+            (
+                kept,
+                rate,
+                crate::variant::sleep::polled(kept.as_ref(), t(now), rate, None),
+            )
+        }
+    };
+    for now in [0, 5] {
+        let f = taught(now);
+        let beat = beats.heard_polled("ns", "web", "a", t(now), &told, |kept, rate| {
+            let (kept, rate, seen) = f(kept, rate);
+            asked.push((kept.map(|k| k.last), rate));
+            seen
+        });
+        assert_eq!(beat.poll.map(|p| p.last), Some(t(now)), "kept at once");
+    }
+    assert_eq!(
+        asked,
+        [(None, Some(900)), (Some(t(0)), Some(900))],
+        "the second poll is taught from the first, with the rate the first reported"
+    );
+    // a heartbeat that is no poll keeps what the polls taught
+    let beat = beats.heard("ns", "web", "a", t(6), &Reported::default());
+    assert_eq!(beat.poll.map(|p| p.last), Some(t(5)));
+    assert_eq!(beat.reported.refresh_rate, Some(900));
+}

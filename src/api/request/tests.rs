@@ -104,7 +104,7 @@ async fn through_the_gates<'p>(
     ctx.served_by(state).unwrap();
     let caller = authenticate(state, &mut ctx, &headers, None).await.unwrap();
     admit(state, &ctx, &caller).unwrap();
-    heard(state, &ctx, &caller, &Method::GET, &headers).unwrap();
+    heard(state, &mut ctx, &caller, &Method::GET, &headers).unwrap();
     validated(state, &mut ctx, &caller, &Method::GET, &headers)
         .await
         .unwrap();
@@ -124,7 +124,7 @@ async fn a_poll_looks_its_mutation_up_once() {
         matches!(&caller, Caller::Device { id, .. } if id == "d"),
         "{caller:?}"
     );
-    let answer = poll::poll(&state, &caller, ctx.mutation.zip(ctx.parsed))
+    let answer = poll::poll(&state, &caller, ctx.mutation.zip(ctx.parsed), ctx.heard)
         .await
         .unwrap();
     assert_eq!(answer.status(), StatusCode::OK);

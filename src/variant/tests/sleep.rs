@@ -186,6 +186,27 @@ fn polls_teach_an_interval_and_a_margin() {
     // Refresh-Rate wins over what was measured
     let told = polled(Some(&fourth), t(520), Some(900), None);
     assert_eq!(told.interval_seconds, Some(900));
+    // kept as times between polls, text only in the status, and read back the same
+    let back = PollSeen::read(&told.written());
+    assert_eq!(back, Some(told));
+    let written = PollSeen {
+        retry_at: Some(t(530)),
+        ..told
+    }
+    .written();
+    assert_eq!(
+        (written.last.as_str(), written.retry_at.as_deref()),
+        (rfc3339(t(520)).as_str(), Some(rfc3339(t(530)).as_str()))
+    );
+    let garbled = PollStats {
+        last: "yesterday".to_owned(),
+        ..written
+    };
+    assert_eq!(
+        PollSeen::read(&garbled),
+        None,
+        "a last poll that is no time"
+    );
     // the margin widens the window: 2 x 3 s of lateness
     let mut d = device("a", 0, Some(100), DeviceState::Online);
     if let Some(p) = d.poll.as_mut() {
@@ -349,12 +370,12 @@ fn a_poll_is_told_when_to_ask_again() {
 
 /// What a poll at `now` (seconds) taught: polls every `interval`, told to come back at
 /// `retry_at` when the variant was not ready.
-fn stats(now: i64, interval: Option<u32>, retry_at: Option<i64>) -> PollStats {
-    PollStats {
-        last: rfc3339(t(now)),
+fn stats(now: i64, interval: Option<u32>, retry_at: Option<i64>) -> PollSeen {
+    PollSeen {
+        last: t(now),
         interval_seconds: interval,
         lateness_seconds: None,
-        retry_at: retry_at.map(|r| rfc3339(t(r))),
+        retry_at: retry_at.map(t),
     }
 }
 
@@ -387,7 +408,7 @@ fn a_poll_is_written_only_when_the_decision_needs_it() {
     let written = device("d", 100, Some(3600), DeviceState::Online);
     let awake = sleeping(SleepState::Awake, 50);
     let same = stats(101, Some(3600), None);
-    let must = |entry: Option<&DeviceStatus>, v: &VariantStatus, s: &PollStats, now: i64| {
+    let must = |entry: Option<&DeviceStatus>, v: &VariantStatus, s: &PollSeen, now: i64| {
         poll_must_persist(entry, Some(v), s, t(now), refresh, true)
     };
     assert!(must(None, &awake, &same, 101), "a device not listed yet");
@@ -420,7 +441,7 @@ fn a_poll_is_written_only_when_the_decision_needs_it() {
     );
     let woken = device("d", 106, Some(3600), DeviceState::Online);
     let woken = DeviceStatus {
-        poll: Some(stats(106, Some(3600), Some(136))),
+        poll: Some(stats(106, Some(3600), Some(136)).written()),
         ..woken
     };
     assert!(
@@ -445,6 +466,33 @@ fn a_poll_is_written_only_when_the_decision_needs_it() {
     assert!(
         must(Some(&written), &awake, &stats(101, Some(60), None), 101),
         "another interval"
+    );
+    assert!(
+        !must(Some(&written), &awake, &stats(101, Some(3601), None), 101),
+        "an average moved by a second: inside the window's margin"
+    );
+    assert!(
+        must(Some(&written), &awake, &stats(101, Some(3598), None), 101),
+        "moved by two seconds, the device never late: more than the margin absorbs"
+    );
+    let late = DeviceStatus {
+        poll: written.poll.clone().map(|p| PollStats {
+            lateness_seconds: Some(20),
+            ..p
+        }),
+        ..written.clone()
+    };
+    assert!(
+        !must(Some(&late), &awake, &stats(101, Some(3620), None), 101),
+        "a device 20 s late on average: 20 s of drift is inside its window"
+    );
+    assert!(
+        must(Some(&late), &awake, &stats(101, Some(3621), None), 101),
+        "21 s is not"
+    );
+    assert!(
+        must(Some(&written), &awake, &stats(101, None, None), 101),
+        "an interval forgotten"
     );
     assert!(
         must(
