@@ -16,21 +16,20 @@
     reason = "a failed step must fail the test"
 )]
 
-use std::{
-    fmt::Write as _,
-    io::Write as _,
-    path::Path,
-    process::{Command, Stdio},
-};
+#[path = "common/lua.rs"]
+mod lua;
+#[path = "common/status.rs"]
+mod status;
 
-use mutantops::{
-    crd::{
-        Mutation, MutationSpec, OwnerStatus, RolloutPhase, RolloutStatus, Variant, VariantService,
-        VariantServicePort, VariantState, VariantStatus,
-    },
-    variant::{ready_condition, summary},
+use std::path::Path;
+
+use lua::{lua_value, run_lua, run_lua51};
+use mutantops::crd::{
+    Condition, Mutation, RolloutPhase, RolloutStatus, VariantService, VariantServicePort,
+    VariantState,
 };
 use serde_json::{Value, json};
+use status::{mutation, variant};
 
 /// The ConfigMap key Argo CD reads the Mutation health check from.
 const HEALTH_KEY: &str = "resource.customizations.health.neiam.org_Mutation";
@@ -41,96 +40,6 @@ fn argocd_file(name: &str) -> String {
         .join("deploy/argocd")
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The interpreter: `$LUA` if set, else `lua5.1` from PATH.
-fn lua_interpreter() -> String {
-    std::env::var("LUA")
-        .ok()
-        .filter(|l| !l.trim().is_empty())
-        .unwrap_or_else(|| "lua5.1".to_owned())
-}
-
-/// Runs a Lua chunk (fed on stdin) and returns what it printed. Fails, naming the package to
-/// install, when there is no interpreter.
-fn run_lua(chunk: &str) -> String {
-    let lua = lua_interpreter();
-    let mut child = Command::new(&lua)
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run the Lua interpreter {lua:?} ({e}). These tests need Lua 5.1: \
-                 install it with `apt-get install lua5.1` (Debian package lua5.1), or set \
-                 LUA to a Lua 5.1 interpreter"
-            )
-        });
-    child
-        .stdin
-        .take()
-        .expect("stdin of the interpreter")
-        .write_all(chunk.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{lua} failed ({}): {}\n--- chunk ---\n{chunk}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Appends `s` as a Lua string literal that reads back byte for byte, escaped as
-/// `string.format("%q", s)` would (plus every control byte as a decimal escape).
-fn lua_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_ascii_control() => write!(out, "\\{:03}", u32::from(c)).unwrap(),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Appends `value` as a Lua expression: objects become `{["key"]=...}`, arrays 1-based
-/// sequences, null nil. A nil field in a table constructor leaves the key out, which is what
-/// Argo CD's gopher-lua table holds for a JSON null; a null array element is left out too, as
-/// gopher-lua's `LTable.Append` does.
-fn lua_value(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("nil"),
-        Value::Bool(b) => write!(out, "{b}").unwrap(),
-        Value::Number(n) => write!(out, "{n}").unwrap(),
-        Value::String(s) => lua_string(s, out),
-        Value::Array(items) => {
-            out.push('{');
-            for item in items.iter().filter(|i| !i.is_null()) {
-                lua_value(item, out);
-                out.push(',');
-            }
-            out.push('}');
-        }
-        Value::Object(fields) => {
-            out.push('{');
-            for (key, field) in fields {
-                out.push('[');
-                lua_string(key, out);
-                out.push_str("]=");
-                lua_value(field, out);
-                out.push(',');
-            }
-            out.push('}');
-        }
-    }
 }
 
 /// What the health check returned.
@@ -149,22 +58,13 @@ fn health(mutation: &Mutation) -> Health {
     let chunk = format!(
         "obj = {table}\n\
          local hs = (function()\n{script}\nend)()\n\
-         print(_VERSION)\n\
          print(type(hs.status) .. \" \" .. type(hs.message))\n\
          print(hs.status)\n\
          print(hs.message)\n",
         script = argocd_file("health.lua"),
     );
-    let out = run_lua(&chunk);
+    let out = run_lua51(&chunk);
     let mut lines = out.lines();
-    let version = lines.next().unwrap_or_default();
-    assert_eq!(
-        version,
-        "Lua 5.1",
-        "{} is not a Lua 5.1 interpreter, as Argo CD's gopher-lua is: install Debian package \
-         lua5.1 (`apt-get install lua5.1`) or point LUA at one",
-        lua_interpreter()
-    );
     assert_eq!(
         lines.next(),
         Some("string string"),
@@ -182,89 +82,10 @@ fn expect(status: &str, message: &str) -> Health {
     }
 }
 
-/// A base Deployment as a Mutation's spec holds it.
-fn base() -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": { "name": "web" },
-        "spec": {
-            "selector": { "matchLabels": { "app": "web" } },
-            "template": {
-                "metadata": { "labels": { "app": "web" } },
-                "spec": { "containers": [{ "name": "web", "image": "nginx:1.27" }] }
-            }
-        }
-    })
-}
-
-/// One variant's status as the operator reports it: replicas ready only when Ready.
-fn variant(label: &str, state: VariantState, message: Option<&str>) -> VariantStatus {
-    VariantStatus {
-        label: label.to_owned(),
-        state,
-        message: message.map(str::to_owned),
-        deployment: format!("web-{label}"),
-        replicas: 2,
-        ready_replicas: if state == VariantState::Ready { 2 } else { 0 },
-        service: None,
-        sleep: None,
-        screen: None,
-    }
-}
-
 /// [`mutation`] with variant alpha Ready and variant beta in `state`, with `message`.
 fn alpha_ready_and_beta(state: VariantState, message: Option<&str>) -> Mutation {
     let alpha = variant("alpha", VariantState::Ready, None);
     mutation(Some(vec![alpha, variant("beta", state, message)]), None)
-}
-
-/// A Mutation named web with one spec variant per status entry and, if `variants` is given,
-/// the status the operator would write for them (summary and Ready condition included).
-fn mutation(variants: Option<Vec<VariantStatus>>, base_error: Option<&str>) -> Mutation {
-    let spec_variants = variants
-        .iter()
-        .flatten()
-        .map(|v| Variant {
-            label: v.label.clone(),
-            env: [("FEATURE".to_owned(), v.label.clone())]
-                .into_iter()
-                .collect(),
-            instances: v.replicas,
-            ..Variant::default()
-        })
-        .collect();
-    let mut m = Mutation::new(
-        "web",
-        MutationSpec {
-            deployment: (&base()).into(),
-            variants: spec_variants,
-            device_access: None,
-            service: None,
-            devices: None,
-            rollout: None,
-            screen: None,
-        },
-    );
-    m.metadata.namespace = Some("default".to_owned());
-    m.metadata.generation = Some(3);
-    m.status = variants.map(|variants| OwnerStatus {
-        observed_generation: Some(3),
-        secret: Some("web-secret".to_owned()),
-        summary: summary(&variants),
-        message: base_error.map(|e| format!("invalid base deployment: {e}")),
-        conditions: vec![ready_condition(
-            &variants,
-            base_error,
-            Some(3),
-            None,
-            "2025-01-01T00:00:00Z",
-        )],
-        variants,
-        // (not read by the health check)
-        ..OwnerStatus::default()
-    });
-    m
 }
 
 #[test]
@@ -384,6 +205,58 @@ fn a_running_rollout_is_progressing_and_a_complete_one_changes_nothing() {
         expect("Progressing", "rollout of revision 5e1f0c2a9b at step 2")
     );
     let m = rolling(VariantState::Ready, RolloutPhase::Complete, None);
+    assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
+}
+
+/// The condition the operator writes while most of a Mutation's devices went silent together
+/// (R42: a power cut is not a departure).
+fn site_silent() -> Condition {
+    Condition {
+        type_: "SiteSilent".to_owned(),
+        status: "True".to_owned(),
+        reason: "DevicesSilentTogether".to_owned(),
+        message: "3 of 4 devices went silent together".to_owned(),
+        last_transition_time: "2025-01-02T03:04:05Z".to_owned(),
+        observed_generation: None,
+    }
+}
+
+/// R42: a silent site is Degraded, naming the condition, over a held or running rollout and
+/// variants under way; a variant's own problem and a failed step are named first.
+#[test]
+fn a_silent_site_is_degraded_after_the_mutations_own_problems() {
+    let said = "SiteSilent: 3 of 4 devices went silent together";
+    let silent = |mut m: Mutation| {
+        m.status.as_mut().unwrap().conditions.push(site_silent());
+        m
+    };
+    for m in [
+        alpha_ready_and_beta(VariantState::Ready, None),
+        alpha_ready_and_beta(VariantState::Idle, Some("no device uses it")),
+        alpha_ready_and_beta(VariantState::Progressing, None),
+        rolling(
+            VariantState::Ready,
+            RolloutPhase::Paused,
+            Some("at pause step 2"),
+        ),
+        rolling(VariantState::Progressing, RolloutPhase::Progressing, None),
+    ] {
+        assert_eq!(health(&silent(m)), expect("Degraded", said));
+    }
+    let m = silent(alpha_ready_and_beta(
+        VariantState::Conflict,
+        Some("label repeats"),
+    ));
+    assert_eq!(health(&m), expect("Degraded", "beta: label repeats"));
+    let m = silent(rolling(
+        VariantState::Ready,
+        RolloutPhase::Degraded,
+        Some("step 0 failed"),
+    ));
+    assert_eq!(health(&m), expect("Degraded", "rollout: step 0 failed"));
+    // Only while it is True.
+    let mut m = silent(alpha_ready_and_beta(VariantState::Ready, None));
+    m.status.as_mut().unwrap().conditions[1].status = "False".to_owned();
     assert_eq!(health(&m), expect("Healthy", "2/2 variants ready"));
 }
 

@@ -29,5 +29,14 @@ if obj.status ~= nil and obj.status.variants ~= nil then
       hs.message = "rollout of revision " .. rollout.revision .. " at step " .. rollout.step
     end
   end
+  -- Condition SiteSilent: most of its devices went silent together (a power cut, a network
+  -- fault): Degraded, after the variants' and the rollout's own problems.
+  if hs.status ~= "Degraded" then
+    for _, c in ipairs(obj.status.conditions or {}) do
+      if c.type == "SiteSilent" and c.status == "True" then
+        hs.status = "Degraded"; hs.message = "SiteSilent: " .. (c.message or "devices silent together"); break
+      end
+    end
+  end
 end
 return hs
