@@ -9,10 +9,13 @@ use crate::{
     crd::{OwnerKind, ServiceSpec, Variant, limits::MAX_OBJECT_BYTES},
     submit::{DryRun, dry_run, dry_run_of, pod_security},
     variant::{
-        Base, DeploymentWire, MetaView, ObservedService, Owner, build_service, deployment_name,
-        foreign,
+        Base, DeploymentWire, MetaView, ObservedService, Owner, build_service,
+        converge::bare_variant, deployment_name, foreign,
     },
 };
+
+/// The label of the variant whose Deployment stands for the base alone in a dry run.
+const BASE_PROBE: &str = "base";
 
 /// Asks the API server, without writing anything, whether it would accept the Deployment of
 /// each of `variants` (a dry-run create with strict field validation, answered by code), and
@@ -33,6 +36,9 @@ use crate::{
 /// larger than [`MAX_OBJECT_BYTES`] is 400, counted in bytes with every container's copy of
 /// the env; with `service` (the owner's), each variant's Service is built and dry-run beside
 /// its Deployment, answered as the Deployment's dry run is.
+///
+/// Without variants, the base alone is dry-run (the Deployment of a variant with nothing of
+/// its own): a base the server would refuse is refused now, not when its first variant comes.
 pub async fn check_with_server(
     state: &ApiState,
     owner: &Owner,
@@ -50,6 +56,19 @@ pub async fn check_with_server(
         pod_security::refusal(&state.client, known, &owner.namespace, deployments).await?
     {
         return Err(ApiError::bad_request(problem));
+    }
+    if variants.is_empty() {
+        let bare = crate::variant::build(base, owner, &bare_variant(BASE_PROBE));
+        if let DryRun::Refused { code, message, .. } =
+            dry_run(&state.client, &owner.namespace, &bare).await
+        {
+            let message = format!("deployment: rejected by the Kubernetes API: {message}");
+            return Err(if code == 403 {
+                ApiError::forbidden(message)
+            } else {
+                ApiError::bad_request(message)
+            });
+        }
     }
     for (variant, object) in variants.iter().zip(&built) {
         let name = deployment_name(base.name(), &variant.label);

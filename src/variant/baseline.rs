@@ -11,9 +11,9 @@
 //! alike: `initContainers`, `containers` and `ephemeralContainers`.
 //!
 //! The template is read as raw JSON, as it will be sent, so a field unknown to the compiled
-//! k8s-openapi version is still seen. A value of an unexpected JSON type counts as unset:
-//! [`Base::parse`](super::Base::parse) has already refused any base the API server would not
-//! decode.
+//! k8s-openapi version is still seen. A value of an unexpected JSON type counts as unset: the
+//! API server refuses to decode such a template, so nothing runs with it (R10: the API's dry
+//! runs, and the base probe of a refused apply).
 
 use std::fmt;
 

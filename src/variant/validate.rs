@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::names::{
@@ -143,6 +143,33 @@ fn join(problems: Vec<String>) -> Result<(), String> {
     }
 }
 
+/// What of a base the operator reads typed: its selector and its pod template's labels, which
+/// must agree. Every other field is the API server's to judge, as it judges them (R10): the
+/// API's create and its variant changes dry-run the Deployments they would make, and an apply
+/// the server refuses as malformed has the base alone dry-run, which marks a refused base
+/// Invalid before anything is applied or pruned. Decoding every field of a typed Deployment
+/// here instead took a quarter of a MiB of the binary, to say less than the server says.
+#[derive(Deserialize)]
+struct Shape {
+    spec: Option<ShapeSpec>,
+}
+
+#[derive(Deserialize)]
+struct ShapeSpec {
+    selector: LabelSelector,
+    template: ShapeTemplate,
+}
+
+#[derive(Deserialize)]
+struct ShapeTemplate {
+    metadata: Option<ShapeMeta>,
+}
+
+#[derive(Deserialize)]
+struct ShapeMeta {
+    labels: Option<BTreeMap<String, String>>,
+}
+
 /// A validated base Deployment (R10). It keeps the raw JSON as written, which
 /// [`build`](super::build()) copies, so fields unknown to k8s-openapi survive.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,9 +181,10 @@ pub struct Base {
 impl Base {
     /// Validates a base (R10): nested at most [`MAX_BASE_DEPTH`] levels, an object with `apiVersion: apps/v1`, `kind: Deployment`,
     /// `metadata.name` a DNS-1123 subdomain, `spec.selector`, and `spec.template.spec.containers`
-    /// non-empty with unique DNS-1123 names; it must decode as a typed `Deployment` (a wrongly
-    /// typed field is reported with serde's message) and its pod template labels must match
-    /// its selector. Structural problems are all reported, joined with `"; "`.
+    /// non-empty with unique DNS-1123 names; its selector and pod template labels must decode
+    /// (a wrongly typed one is reported with serde's message) and match ([`Shape`]: the rest
+    /// is the API server's to refuse). Structural problems are all reported, joined with
+    /// `"; "`.
     pub fn parse(value: &Value) -> Result<Base, String> {
         if nests_deeper_than(value, MAX_BASE_DEPTH) {
             return Err(format!(
@@ -200,12 +228,11 @@ impl Base {
         check_spec(obj.get("spec"), &mut problems);
         join(problems)?;
 
-        // Through text rather than `from_value`: the Deployment deserializer over a string is
-        // the one the client already uses for API responses, while one over `Value` would add
-        // about 250 KiB of code to the binary for this single call.
-        let typed: Deployment =
+        // Through text rather than `from_value`: a deserializer over a string is the one the
+        // client already uses for API responses, where one over `Value` adds its own code.
+        let shape: Shape =
             serde_json::from_str(&value.to_string()).map_err(|e| deployment_error(&e))?;
-        if let Some(spec) = &typed.spec {
+        if let Some(spec) = &shape.spec {
             let labels = spec
                 .template
                 .metadata

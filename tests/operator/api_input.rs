@@ -270,8 +270,19 @@ async fn what_the_server_would_refuse_is_a_400() {
         .as_object_mut()
         .unwrap()
         .remove("image");
-    for (base, needle) in [(unknown, "bogusField"), (no_image, "image")] {
-        let create = json!({"name": "web", "deployment": base, "variants": [{"label": "a"}]});
+    let mut mistyped = base("web");
+    // (not spec.replicas: the variant's instances replace it)
+    mistyped["spec"]["minReadySeconds"] = json!("ten");
+    // R10: with no variant yet, the base alone is dry-run: refused now, not at the first
+    // variant.
+    let cases = [
+        (unknown, "bogusField", json!([{"label": "a"}])),
+        (no_image, "image", json!([{"label": "a"}])),
+        (mistyped.clone(), "minReadySeconds", json!([{"label": "a"}])),
+        (mistyped, "minReadySeconds", json!([])),
+    ];
+    for (base, needle, variants) in cases {
+        let create = json!({"name": "web", "deployment": base, "variants": variants});
         let reply = f
             .call("POST", "/mutations", Some(ADMIN), Some(&create))
             .await;
