@@ -242,7 +242,7 @@ impl Auth {
             return None;
         }
         let registry = devices.devices.as_deref()?;
-        let id = registry.device_of(token)?;
+        let id = devices.by_hash.device_of(token)?;
         let variant = registry.devices.get(id)?.variant.clone();
         Some(Caller::Device {
             namespace: namespace.to_string(),

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Secret;
 use super::devices::Registry;
 use super::meta::{HasMeta, Meta, MetaView, kube_type};
 use super::names::TOKEN_KEY;
+use super::registry::ByHash;
 
 /// A Mutation's Secret as the caches keep it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub struct CachedSecret {
     /// The devices and their token hashes, when this is a Mutation's devices Secret
     /// (`<name>-devices`) with any.
     pub devices: Option<Box<Registry>>,
+    /// Its devices by the hashes of their tokens, for the token check (R39).
+    pub by_hash: ByHash,
     /// The screen, when this is one of a Mutation's screen Secrets (R53).
     pub screen: Option<std::sync::Arc<super::screen::Screen>>,
 }
@@ -32,11 +35,13 @@ impl CachedSecret {
             .map(|token| token.0.into_boxed_slice());
         let screen = super::screen::Screen::from_secret(&secret, &mut data);
         let registry = Registry::from_data(&data);
+        let by_hash = ByHash::of(&registry);
         let devices = (registry != Registry::default()).then(|| Box::new(registry));
         let kept = CachedSecret {
             metadata: Meta::of(&secret.metadata),
             token,
             devices,
+            by_hash,
             screen,
         };
         (kept, secret)

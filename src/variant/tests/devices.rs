@@ -6,7 +6,7 @@ use k8s_openapi::{ByteString, jiff::Timestamp};
 
 use crate::crd::{DeviceState, DeviceStatus, DevicesSpec, Enrollment, Reported};
 use crate::variant::devices::*;
-use crate::variant::registry::MADE_KEY;
+use crate::variant::registry::{ByHash, MADE_KEY};
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap_or_else(|e| panic!("{e}"))
@@ -163,8 +163,9 @@ fn the_registry_keeps_hashes_and_round_trips() {
     assert!(!text.contains(&token), "the token itself is stored");
     assert!(data.contains_key("device.board-8") && data.contains_key(MADE_KEY));
     assert_eq!(Registry::from_data(&data), registry);
-    assert_eq!(registry.device_of(&token), Some("board-8"));
-    assert_eq!(registry.device_of(&"f".repeat(64)), None);
+    let index = ByHash::of(&registry);
+    assert_eq!(index.device_of(&token), Some("board-8"));
+    assert_eq!(index.device_of(&"f".repeat(64)), None);
     assert_eq!(registry.users_of("radxa"), 1);
     // what does not parse is left out, not an error
     let mut broken = data.clone();
@@ -325,4 +326,31 @@ fn the_device_list_of_500_devices_stays_small() {
     let json = serde_json::json!({"devices": devices, "deviceSummary": summary(&devices)});
     let bytes = serde_json::to_vec(&json).unwrap_or_default().len();
     assert!(bytes < 288 * 1024, "{bytes} bytes");
+}
+
+// R39: a device's token is found among as many devices as maxDevices allows, each by its own
+// token and none by another's, whatever order the ids and the hashes come in
+#[test]
+fn every_device_is_found_by_its_own_token_among_many() {
+    let mut registry = Registry::default();
+    let token = |i: usize| format!("{i:064x}");
+    for i in 0..500 {
+        registry.devices.insert(
+            format!("board-{i}"),
+            DeviceRecord {
+                hash: token_hash(&token(i)),
+                variant: "radxa".into(),
+                enrolled_at: "2026-12-07T00:00:00Z".into(),
+            },
+        );
+    }
+    let index = ByHash::of(&registry);
+    for i in 0..500 {
+        assert_eq!(
+            index.device_of(&token(i)),
+            Some(format!("board-{i}").as_str())
+        );
+    }
+    assert_eq!(index.device_of(&token(500)), None);
+    assert_eq!(ByHash::default().device_of(&token(0)), None, "no devices");
 }
