@@ -191,7 +191,12 @@ pub fn plan(
     let now = Timestamp::now();
     let quiet_until = sleep.quiet_until(now);
     let site: Vec<&DeviceStatus> = site.iter().collect();
-    let silent = site_silent(&site, devices.late_after, sleep.site_silent_min, accepted);
+    // Devices told to sleep through quiet hours went quiet together, and no power cut did.
+    let silent = if sleep.explains_silence(now, devices.late_after) {
+        None
+    } else {
+        site_silent(&site, devices.late_after, sleep.site_silent_min, accepted)
+    };
     let moment = Moment {
         now,
         quiet_until,

@@ -97,6 +97,16 @@ impl SleepPolicy {
 }
 
 impl SleepPolicy {
+    /// Whether quiet hours explain devices that are silent at `now`: they are inside them, or
+    /// were `late_after` ago (the devices, told to poll again when quiet hours end, are due
+    /// back within that). Such a silence is no site's silence (`SiteSilent`, R42); a silence
+    /// that outlasts it is, and its devices were last heard together when quiet hours began.
+    pub fn explains_silence(&self, now: Timestamp, late_after: Duration) -> bool {
+        self.quiet.as_ref().is_some_and(|quiet| {
+            quiet.end_of(now).is_some() || quiet.end_of(plus(now, -secs(late_after))).is_some()
+        })
+    }
+
     /// When quiet hours end, and how to say it, if `now` is inside them.
     pub fn quiet_until(&self, now: Timestamp) -> Option<(Timestamp, String)> {
         let quiet = self.quiet.as_ref()?;

@@ -568,3 +568,45 @@ fn with_screens_the_refresh_wakes_the_variant_not_the_polls() {
     let d = run(&late, Some(&awake), 0, none);
     assert_eq!(d.sleep.state, SleepState::Idle, "{d:?}");
 }
+
+// R42: devices told to sleep through quiet hours go quiet together every night; that is no
+// site's silence while quiet hours last, nor for lateAfter after they end (the devices are
+// due back then), and is one when it outlasts that
+#[test]
+fn quiet_hours_explain_a_silence_until_the_devices_are_due_back() {
+    let spec = crate::crd::QuietHours {
+        days: Vec::new(),
+        from: "22:00".into(),
+        to: "06:00".into(),
+        time_zone: "UTC".into(),
+    };
+    let quiet = crate::variant::quiet::Quiet::of(&spec).unwrap_or_else(|e| panic!("{e}"));
+    let sleeping = SleepPolicy {
+        quiet: Some(quiet),
+        ..policy()
+    };
+    let at = |hm: &str| -> Timestamp {
+        format!("2026-12-07T{hm}:00Z")
+            .parse()
+            .unwrap_or_else(|e| panic!("{hm}: {e}"))
+    };
+    let late_after = Duration::from_secs(30 * 60);
+    for (hm, explained) in [
+        ("23:00", true),
+        ("05:59", true),
+        ("06:20", true),
+        ("06:31", false),
+        ("12:00", false),
+        ("21:59", false),
+    ] {
+        assert_eq!(
+            sleeping.explains_silence(at(hm), late_after),
+            explained,
+            "{hm}"
+        );
+    }
+    assert!(
+        !policy().explains_silence(at("23:00"), late_after),
+        "no quiet hours: nothing explains a silence"
+    );
+}
