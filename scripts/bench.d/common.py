@@ -42,16 +42,21 @@ SETTINGS = ["N", "V", "PARALLEL", "STEADY_SECONDS", "WRK_SECONDS", "WRITES", "ST
 ENV_NAMES = {"N": "MUTATIONS", "V": "VARIANTS"}
 
 
+# What the lines of log(), step() and die() start with: the script that runs (scripts/fleet
+# sets its own).
+PREFIX = "bench"
+
+
 def log(msg):
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{PREFIX} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def step(msg):
-    print(f"\n[bench {time.strftime('%H:%M:%S')}] ==> {msg}", file=sys.stderr, flush=True)
+    print(f"\n[{PREFIX} {time.strftime('%H:%M:%S')}] ==> {msg}", file=sys.stderr, flush=True)
 
 
 def die(msg):
-    print(f"[bench] error: {msg}", file=sys.stderr, flush=True)
+    print(f"[{PREFIX}] error: {msg}", file=sys.stderr, flush=True)
     sys.exit(1)
 
 
