@@ -161,15 +161,23 @@ impl Enrolled<'_> {
             list.push(entry.clone());
             list
         };
-        relist(
+        let listed = relist(
             state,
             ns,
             name,
             id,
             "list the enrolled device in status",
             add,
-        )
-        .await;
+        );
+        // The token exists nowhere but in this answer now: a board that does not get it can
+        // only enroll again under another id (its own is taken). So listing it in status, a
+        // write behind the other writes of a busy Mutation, waits only while the request's
+        // deadline leaves the answer its time (R34). An edit not sent by then is dropped, and
+        // the leader lists the device from the Secret, as after a failed write (R40).
+        let by = crate::http::overdue::until(tokio::time::Instant::now() + state.deadline);
+        if tokio::time::timeout_at(by, listed).await.is_err() {
+            tracing::info!(namespace = ns, name, device = %id, "enrolled a device before its status listed it: answering with its token first");
+        }
         state
             .heartbeats
             .heard(ns, name, id, now, &Default::default());
