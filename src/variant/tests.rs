@@ -18,6 +18,7 @@ mod own_secrets;
 mod placement;
 mod placement_checks;
 mod pod_security;
+mod polls;
 mod quiet;
 mod refusal;
 mod report;
