@@ -62,12 +62,10 @@ pub async fn check_with_server(
         if let DryRun::Refused { code, message, .. } =
             dry_run(&state.client, &owner.namespace, &bare).await
         {
-            let message = format!("deployment: rejected by the Kubernetes API: {message}");
-            return Err(if code == 403 {
-                ApiError::forbidden(message)
-            } else {
-                ApiError::bad_request(message)
-            });
+            return Err(answer(
+                code,
+                format!("deployment: rejected by the Kubernetes API: {message}"),
+            ));
         }
     }
     for (variant, object) in variants.iter().zip(&built) {
@@ -132,7 +130,15 @@ pub async fn check_with_server(
 /// the caller's 403 (R35); its 400 or 422 (a malformed object, or an admission policy's
 /// denial) is 400.
 fn refused(label: &str, what: &str, code: u16, message: &str) -> ApiError {
-    let message = format!("variant {label:?}: {what}rejected by the Kubernetes API: {message}");
+    answer(
+        code,
+        format!("variant {label:?}: {what}rejected by the Kubernetes API: {message}"),
+    )
+}
+
+/// The caller's answer to a dry run the API server refused with `code`: 403 stays 403 (R35),
+/// anything else is 400.
+fn answer(code: u16, message: String) -> ApiError {
     if code == 403 {
         ApiError::forbidden(message)
     } else {

@@ -166,6 +166,18 @@ pub struct Beat {
     pub poll: Option<PollSeen>,
 }
 
+impl Beat {
+    /// The first beat of a device, heard at `now` reporting `reported`.
+    fn first(now: Timestamp, reported: Reported) -> Beat {
+        Beat {
+            seen: now,
+            reported,
+            written: None,
+            poll: None,
+        }
+    }
+}
+
 /// The devices this replica heard, by namespace, Mutation and id.
 #[derive(Default)]
 pub struct Heartbeats {
@@ -217,12 +229,7 @@ impl Heartbeats {
         taught: Option<impl FnOnce(Option<PollSeen>, Option<u32>) -> PollSeen>,
     ) -> Beat {
         // A poisoned map (a panic while it was held): the beat as this request has it.
-        let alone = || Beat {
-            seen: now,
-            reported: reported.clone(),
-            written: None,
-            poll: None,
-        };
+        let alone = || Beat::first(now, reported.clone());
         let Ok(mut beats) = self.beats.lock() else {
             return alone();
         };
@@ -231,13 +238,7 @@ impl Heartbeats {
         }
         with_key(ns, name, id, |key| {
             if !beats.contains_key(key) {
-                let first = Beat {
-                    seen: now,
-                    reported: Reported::default(),
-                    written: None,
-                    poll: None,
-                };
-                beats.insert(Box::from(key), first);
+                beats.insert(Box::from(key), Beat::first(now, Reported::default()));
             }
             let beat = beats.get_mut(key)?;
             beat.seen = beat.seen.max(now);
@@ -286,12 +287,6 @@ impl Heartbeats {
     pub fn get(&self, ns: &str, name: &str, id: &str) -> Option<Beat> {
         let beats = self.beats.lock().ok()?;
         with_key(ns, name, id, |key| beats.get(key).cloned())
-    }
-
-    /// The refresh rate device `id` last reported (`Refresh-Rate`), without a copy of its beat.
-    pub fn refresh_rate(&self, ns: &str, name: &str, id: &str) -> Option<u32> {
-        let beats = self.beats.lock().ok()?;
-        with_key(ns, name, id, |key| beats.get(key)?.reported.refresh_rate)
     }
 
     /// Forgets device `id` (it was removed).
