@@ -292,15 +292,17 @@ fn secrets(
     watching: &Watching,
 ) -> (Store<CachedSecret>, Feed<Secret>) {
     let config = watcher::Config::default().labels(&generated_selector(OwnerKind::Mutation));
+    let (store, mut writer) = kube::runtime::reflector::store();
+    let keep = move |event| writer.apply_watcher_event(&event);
     let split = CachedSecret::split;
-    let (store, events) = reflected_as(
+    let events = reflected_as(
         client,
         namespace,
         config,
         Cache::Secrets,
         watching,
         split,
-        |_, _| {},
+        keep,
     );
     (store, Box::pin(events.touched_objects()))
 }
@@ -319,10 +321,10 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
     let (mutant_deployments, md) = kube::runtime::reflector::store();
     let (mutations, m) = kube::runtime::reflector::store();
     let (secrets, s) = kube::runtime::reflector::store();
-    let (md_deployments, md_deployment_writer) = DeploymentCache::for_tests();
-    let (mutation_deployments, mutation_deployment_writer) = DeploymentCache::for_tests();
-    let (md_services, _) = ServiceCache::for_tests();
-    let (mutation_services, _) = ServiceCache::for_tests();
+    let md_deployments = DeploymentCache::default();
+    let mutation_deployments = DeploymentCache::default();
+    let (md_services, mutation_services) = (ServiceCache::default(), ServiceCache::default());
+    let deployments = [md_deployments.clone(), mutation_deployments.clone()];
     let caches = Caches {
         mutant_deployments,
         mutations,
@@ -344,7 +346,7 @@ pub(crate) fn for_tests_with(freshness: Freshness) -> (Caches, Writers) {
         mutations: m,
         mutation_parsed: caches.mutation_parsed.clone(),
         secrets: s,
-        deployments: [md_deployment_writer, mutation_deployment_writer],
+        deployments,
     };
     (caches, writers)
 }
@@ -367,7 +369,7 @@ pub(crate) struct Writers {
     mutation_parsed: Arc<Parsings>,
     secrets: kube::runtime::reflector::store::Writer<CachedSecret>,
     /// The generated Deployments' writers: MutantDeployments', then Mutations'.
-    deployments: [generated::GeneratedWriter<crate::variant::ObservedDeployment>; 2],
+    deployments: [DeploymentCache; 2],
 }
 
 #[cfg(test)]

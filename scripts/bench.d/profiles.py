@@ -14,7 +14,10 @@ HEAP_GROUPS = [
     # where the stack names it: the compact types of mutantops::variant the watches turn them
     # into, before that module's other code (which builds Deployments in reconciles).
     ("watch cache: Deployments (variant::ObservedDeployment)",
-     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("ObservedDeployment",)]),
+     [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("ObservedDeployment",)]
+     # the operator's own store of generated objects (cache::index), and the decoder that
+     # fills it: what it keeps is allocated there, not in kube-runtime's reflector
+     + [("mutantops::variant::observed::decode",), ("mutantops::cache::index",)]),
     ("watch cache: Mutations (crd::Mutation)",
      [(w, k) for w in ("EventDecode", "TryFlatten", "OnComplete") for k in ("crd::spec::Mutation",)]),
     ("watch cache: Secrets (variant::CachedSecret)",

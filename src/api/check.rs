@@ -2,7 +2,7 @@
 //! (R24, R33, R35): what Pod Security lets the namespace run, and a dry run of each variant's
 //! Deployment.
 
-use kube::{Api, runtime::reflector::ObjectRef};
+use kube::Api;
 
 use super::{error::ApiError, state::ApiState};
 use crate::{
@@ -79,9 +79,8 @@ pub async fn check_with_server(
                 ))
             })
         };
-        let key = ObjectRef::new(&name).within(&owner.namespace);
         for kind in [OwnerKind::Mutation, OwnerKind::MutantDeployment] {
-            if let Some(cached) = state.caches.deployments(kind).store.get(&key)
+            if let Some(cached) = state.caches.deployments(kind).get(&owner.namespace, &name)
                 && let Some(conflict) = taken(&cached.metadata)
             {
                 return Err(conflict);

@@ -57,8 +57,7 @@ fn running_revision(state: &ApiState, m: &Mutation, label: &str) -> Option<Strin
     m.spec.rollout.as_ref()?;
     let ns = m.metadata.namespace.as_deref()?;
     let deployment = deployment_name(&base_name(m), label);
-    let key = kube::runtime::reflector::ObjectRef::new(&deployment).within(ns);
-    let cached = state.caches.mutation_deployments.store.get(&key)?;
+    let cached = state.caches.mutation_deployments.get(ns, &deployment)?;
     let labels = cached.metadata.labels.as_ref()?;
     labels.get(REVISION_LABEL).map(str::to_owned)
 }

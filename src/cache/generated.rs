@@ -2,10 +2,8 @@
 //! and Services, each label-selected (only what carries the kind's label is watched) and
 //! indexed by owner.
 
-use std::sync::Arc;
-
 use super::{
-    index::OwnerIndex,
+    index::Generated,
     reflect::{Cached, Feed, generated_selector, reflected_as},
     stale::Watching,
     state::Cache,
@@ -16,70 +14,14 @@ use crate::{
 };
 use kube::{
     Client,
-    runtime::{WatchStreamExt, reflector::Lookup, reflector::ObjectRef, reflector::Store, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
-
-/// The objects of one type generated for one owner kind: the store, and which are whose.
-#[derive(Clone)]
-pub struct Generated<K: Lookup<DynamicType = ()> + Clone + 'static> {
-    /// Every object carrying the kind's label.
-    pub store: Store<K>,
-    index: OwnerIndex,
-}
 
 /// The Deployments generated for one owner kind, kept compact ([`ObservedDeployment`]).
 pub type DeploymentCache = Generated<ObservedDeployment>;
 
 /// The Services generated for one owner kind's variants (R36).
 pub type ServiceCache = Generated<ObservedService>;
-
-impl<K: Lookup<DynamicType = ()> + Clone + 'static> Generated<K> {
-    /// The cached objects in `namespace` that carry owner label `owner` (not yet checked for
-    /// the owner's uid: see `variant::may_prune`), without scanning the others.
-    pub fn of_owner(&self, namespace: &str, owner: &str) -> Vec<Arc<K>> {
-        self.index
-            .names(namespace, owner)
-            .into_iter()
-            .filter_map(|name| self.store.get(&ObjectRef::new(&name).within(namespace)))
-            .collect()
-    }
-
-    /// A cache with nothing behind it but the returned writer, for tests of what reads
-    /// caches.
-    #[cfg(test)]
-    pub(crate) fn for_tests() -> (Self, GeneratedWriter<K>) {
-        let (store, writer) = kube::runtime::reflector::store();
-        let index = OwnerIndex::default();
-        let writer = GeneratedWriter {
-            writer,
-            index: index.clone(),
-        };
-        (Generated { store, index }, writer)
-    }
-}
-
-/// What fills a [`Generated`] cache of [`Generated::for_tests`]: each event is applied to the
-/// store and the owner index, as the watch applies it.
-#[cfg(test)]
-pub(crate) struct GeneratedWriter<K: Lookup<DynamicType = ()> + Clone + 'static> {
-    writer: kube::runtime::reflector::store::Writer<K>,
-    index: OwnerIndex,
-}
-
-#[cfg(test)]
-impl<K: Lookup<DynamicType = ()> + HasMeta + Clone + 'static> GeneratedWriter<K> {
-    /// Applies `event` to the store, then to the index with the store's copy from before it.
-    pub(crate) fn apply(&mut self, event: watcher::Event<K>) {
-        let before = match &event {
-            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-                self.writer.as_reader().get(&obj.to_object_ref(()))
-            }
-            _ => None,
-        };
-        self.writer.apply_watcher_event(&event);
-        self.index.apply(&event, before.as_deref());
-    }
-}
 
 /// The Deployments generated for owners of `kind`, cached as `Cache::Deployments(kind)`; the
 /// feed yields those changed or deleted.
@@ -125,22 +67,19 @@ fn generated<W, S>(
 ) -> (Generated<S>, Feed<W>)
 where
     W: Cached,
-    S: Lookup<DynamicType = ()> + HasMeta + Clone + Send + Sync + 'static,
+    S: HasMeta + Send + Sync + 'static,
 {
     let config = watcher::Config::default().labels(&generated_selector(kind));
-    let index = OwnerIndex::default();
-    let indexing = index.clone();
-    let (store, events) = reflected_as(
+    let store = Generated::default();
+    let writer = store.clone();
+    let events = reflected_as(
         client,
         namespace,
         config,
         cache,
         watching,
         split,
-        move |event: &watcher::Event<S>, before: Option<&S>| indexing.apply(event, before),
+        move |e| writer.apply(e),
     );
-    (
-        Generated { store, index },
-        Box::pin(events.touched_objects()),
-    )
+    (store, Box::pin(events.touched_objects()))
 }

@@ -10,7 +10,7 @@ use kube::{
     Api, Client, Resource,
     runtime::{
         WatchStreamExt,
-        reflector::{self, Lookup, Store},
+        reflector::{self, Store},
         watcher,
     },
 };
@@ -83,10 +83,9 @@ pub fn reflected<K: Cached, F: FnMut(&watcher::Event<K>) + Send + 'static>(
     (store, events)
 }
 
-/// [`reflected`], for a store that keeps another form `S` of what the watch decodes (`W`):
-/// `split` parts each object into what is stored and what is passed on. `also` gets each
-/// event of the stored form after the store has it, with the store's copy of the object from
-/// before the event.
+/// A watch of `W` like [`reflected`], for a store that keeps another form `S` of what the
+/// watch decodes: `split` parts each object into what is kept and what is passed on, and
+/// `keep` stores each event of the kept form before anyone is told of it.
 pub fn reflected_as<W, S, F>(
     client: &Client,
     namespace: Option<&str>,
@@ -94,36 +93,23 @@ pub fn reflected_as<W, S, F>(
     cache: Cache,
     watching: &Watching,
     split: fn(W) -> (S, W),
-    mut also: F,
-) -> (
-    Store<S>,
-    impl Stream<Item = Result<watcher::Event<W>, watcher::Error>> + Send + use<W, S, F>,
-)
+    mut keep: F,
+) -> impl Stream<Item = Result<watcher::Event<W>, watcher::Error>> + Send + use<W, S, F>
 where
     W: Cached,
-    S: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-    F: FnMut(&watcher::Event<S>, Option<&S>) + Send + 'static,
+    S: Send + 'static,
+    F: FnMut(watcher::Event<S>) + Send + 'static,
 {
     let api: Api<W> = scoped(client, namespace);
-    let (store, mut writer) = reflector::store::<S>();
-    let reader = store.clone();
-    let events = relisting(api, config.page_size(LIST_PAGE), cache, watching)
+    relisting(api, config.page_size(LIST_PAGE), cache, watching)
         .backoff(WatchBackoff::default())
         .modify(slim)
         .map_ok(move |event| {
             let (kept, passed) = split_event(event, split);
-            let before = match &kept {
-                watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-                    reader.get(&obj.to_object_ref(()))
-                }
-                _ => None,
-            };
-            writer.apply_watcher_event(&kept);
-            also(&kept, before.as_deref());
+            keep(kept);
             passed
         })
-        .inspect_ok(signalling(&watching.signal, cache));
-    (store, events)
+        .inspect_ok(signalling(&watching.signal, cache))
 }
 
 /// One event as two: of the stored form, and of the form passed on.
