@@ -33,34 +33,75 @@ fn a_written_status_stands_in_until_the_cache_moves_on() {
         })),
         ..OwnerStatus::default()
     };
+    let at = |name, version| At {
+        namespace: "ns",
+        name,
+        version: Some(version),
+    };
+    let still = |_: &str, _: &str, _: &str| false;
     assert_eq!(
-        written.previous("u", Some("1"), status("cached", 0), t0),
+        written.previous("u", Some("1"), status("cached", 0), t0, still),
         status("cached", 0)
     );
-    written.wrote("u", Some("1"), &status("written", 0), t0);
-    let seen = written.previous("u", Some("1"), status("cached", 2), t0);
+    written.wrote("u", at("a", "1"), &status("written", 0), t0, still);
+    let seen = written.previous("u", Some("1"), status("cached", 2), t0, still);
     assert_eq!(seen, status("written", 2));
     // another owner's is its own
     assert_eq!(
-        written.previous("v", Some("1"), status("cached", 0), t0),
+        written.previous("v", Some("1"), status("cached", 0), t0, still),
         status("cached", 0)
     );
     // after a minute with the cache where it was, the cache is taken as it is
     let late = t0 + WRITTEN_STANDS;
     assert_eq!(
-        written.previous("u", Some("1"), status("cached", 0), late),
+        written.previous("u", Some("1"), status("cached", 0), late, still),
         status("cached", 0)
     );
     // the cache moved on: forgotten
-    written.wrote("u", Some("1"), &status("written", 0), t0);
+    written.wrote("u", at("a", "1"), &status("written", 0), t0, still);
     assert_eq!(
-        written.previous("u", Some("2"), status("newer", 0), t0),
+        written.previous("u", Some("2"), status("newer", 0), t0, still),
         status("newer", 0)
     );
     assert_eq!(
-        written.previous("u", Some("1"), status("cached", 0), t0),
+        written.previous("u", Some("1"), status("cached", 0), t0, still),
         status("cached", 0)
     );
+}
+
+// R42: a written status is dropped as soon as any reconcile sees that the cache moved on from
+// its owner's version (or lost the owner), not only at its own owner's next reconcile
+#[test]
+fn written_statuses_go_once_the_cache_has_them() {
+    let written = WrittenStatuses::default();
+    let t0 = Instant::now();
+    let at = |name, version| At {
+        namespace: "ns",
+        name,
+        version: Some(version),
+    };
+    let still = |_: &str, _: &str, _: &str| false;
+    for (uid, name) in [("u1", "a"), ("u2", "b"), ("u3", "c")] {
+        written.wrote(uid, at(name, "7"), &OwnerStatus::default(), t0, still);
+    }
+    assert_eq!(written.len(), 3);
+    // the cache now holds "a" at a newer version and has lost "c": only "b" stands
+    let moved = |ns: &str, name: &str, from: &str| {
+        assert_eq!(ns, "ns");
+        !(name == "b" && from == "7")
+    };
+    written.wrote("u4", at("d", "1"), &OwnerStatus::default(), t0, moved);
+    assert_eq!(written.len(), 2, "b and the new one");
+    let seen = written.previous("u2", Some("7"), OwnerStatus::default(), t0, moved);
+    assert_eq!(seen, OwnerStatus::default());
+    assert_eq!(
+        written.len(),
+        1,
+        "b is kept while the cache still holds version 7"
+    );
+    let everything_moved = |_: &str, _: &str, _: &str| true;
+    written.previous("u9", None, OwnerStatus::default(), t0, everything_moved);
+    assert_eq!(written.len(), 0);
 }
 
 // R42: a variant due by the wall clock (which may have jumped
