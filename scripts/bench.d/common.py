@@ -38,7 +38,7 @@ LEASE_NS = "mutantops-bench"
 # Settings from the environment (MUTANTOPS_BENCH_<name>), as scripts/bench's header lists them;
 # the ones a report needs are saved with the results.
 SETTINGS = ["N", "V", "PARALLEL", "STEADY_SECONDS", "WRK_SECONDS", "WRITES", "STARTS", "TIMEOUT", "RESTARTS",
-            "DO_SIZE", "DO_MUSL", "DO_PEER", "DO_CURVE", "CURVE"]
+            "DO_SIZE", "DO_MUSL", "DO_PEER", "DO_CURVE", "CURVE", "DO_CAPACITY", "CAPACITY"]
 ENV_NAMES = {"N": "MUTATIONS", "V": "VARIANTS"}
 
 
@@ -277,6 +277,8 @@ class Bench:
         self.CURVE = [positive("CURVE", w) for w in env.get("MUTANTOPS_BENCH_CURVE", "10 100").split()]
         self.DO_SIZE, self.DO_MUSL = int(flags.size), int(flags.musl)
         self.DO_PEER, self.DO_CURVE = int(flags.peer), int(flags.curve)
+        self.DO_CAPACITY = int(getattr(flags, "capacity", False))
+        self.CAPACITY = [positive("CAPACITY", w) for w in env.get("MUTANTOPS_BENCH_CAPACITY", "500 2000 5000").split()]
         self.cluster_dir = Path(env.get("MUTANTOPS_CLUSTER_DIR") or REPO / ".cluster-bench")
         os.environ["MUTANTOPS_CLUSTER_DIR"] = str(self.cluster_dir)
         if os.path.realpath(self.cluster_dir) == os.path.realpath(REPO / ".cluster"):

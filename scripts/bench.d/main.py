@@ -4,7 +4,8 @@ results recorded in the run directory, the table and BENCHMARKS.md.
 
 Each measurement is a module of this folder: size.py and musl.py (builds), startup.py,
 idle.py, api.py and latency.py (the HTTP API), screens.py (screens from the cache), curve.py, scale.py and steady.py (convergence
-at scale), peer.py (Argo Rollouts); table.py and report.py write the results out.
+at scale), peer.py (Argo Rollouts), capacity.py (scripts/fleet's boards); table.py and report.py write the results
+out.
 """
 
 import base64
@@ -19,6 +20,7 @@ import types
 from pathlib import Path
 
 import api
+import capacity
 import common
 import curve
 import idle
@@ -41,13 +43,13 @@ def usage():
 
 
 def arguments(argv):
-    args = types.SimpleNamespace(keep_cluster=False, size=True, musl=True, peer=True, curve=True, write=True,
-                                 report=None)
+    args = types.SimpleNamespace(keep_cluster=False, size=True, musl=True, peer=True, curve=True, capacity=True,
+                                 write=True, report=None)
     words = iter(argv)
     for arg in words:
         if arg == "--keep-cluster":
             args.keep_cluster = True
-        elif arg in ("--no-size", "--no-musl", "--no-peer", "--no-curve", "--no-write"):
+        elif arg in ("--no-size", "--no-musl", "--no-peer", "--no-curve", "--no-capacity", "--no-write"):
             setattr(args, arg[len("--no-"):], False)
         elif arg == "--report":
             args.report = next(words, None) or die("--report needs a run directory (target/bench/run-...)")
@@ -150,6 +152,8 @@ def measure(b):
     log(f"run dir {b.run_dir}; scale {b.N} x {b.V}; cluster {b.cluster_dir}")
     size.measure(b)
     b.R["build_s"] = str(b.elapsed())
+    # Before the bench's own control plane: the fleet's runs have the cores to themselves.
+    capacity.measure(b)
     start_cluster(b)
     startup.measure(b)
     idle.measure(b)

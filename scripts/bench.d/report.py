@@ -10,6 +10,7 @@ import platform
 import subprocess
 
 import api
+import capacity
 import curve
 import peer
 import table
@@ -240,6 +241,7 @@ GETs are. The ARM
 binaries are measured by size only here: under qemu-user their memory and speed are qemu's.
 `scripts/edge` runs all three against the control plane (the ARM ones under qemu).
 
+{capacity.text(b)}
 ### Scale curve
 
 The same convergence at {' '.join(map(str, b.CURVE))} Mutations × {b.V} variants, each before the scale run, in a

@@ -2,6 +2,7 @@
 for BENCHMARKS.md, as Markdown (MISSED as **missed**). Rows from R and the settings only, so a
 report renders an earlier run's table again."""
 
+import capacity
 import curve
 import idle
 import musl
@@ -110,6 +111,7 @@ def rows(b):
     yield row(f"start-up: process start to /readyz 200, empty cluster (median of {b.STARTS})",
               f"{R['startup_ms']} ms", "-", "-")
     yield from peer.rows(b)
+    yield from capacity.rows(b)
 
 
 def aligned(table):

@@ -1,0 +1,134 @@
+"""The capacity run (docs/scale.md, "Capacity of one cluster"): scripts/fleet with 500, 2,000
+and 5,000 boards (MUTANTOPS_BENCH_CAPACITY) in 10 Mutations x 3 variants, 15-minute polls
+compressed 60 times, CAPACITY_MINUTES of steady phase each, with the release binary. Each run
+starts a control plane of its own (MUTANTOPS_CLUSTER_DIR .cluster-capacity, stopped and wiped
+after it) before the bench's own cluster is up, so nothing else of the bench shares the 2
+cores. The fleet's figures (its JSON) are kept as they are; the targets judge the largest run:
+no answer 5xx, poll p99, the operator's writes per device-hour and its RSS."""
+
+import json
+import os
+import subprocess
+
+from common import BIN, REPO, die, log, row, step, tail
+
+CAPACITY_MINUTES = 2
+CLUSTER_DIR = REPO / ".cluster-capacity"
+# Targets for the largest run (5,000 boards).
+P99_TARGET_MS = 50
+RSS_TARGET_MIB = 40
+# A device's lastSeen is written when older than persistEvery (10m by default, compressed as
+# the interval is): at most 6 writes per device-hour, and one per change of state besides
+# (R40). The state changes of the Wi-Fi and power shares are on top of this bound.
+PERSIST_MINUTES = 10
+WRITES_TARGET = 60 / PERSIST_MINUTES
+
+
+def boards(b):
+    return b.CAPACITY
+
+
+def measure(b):
+    R = b.R
+    R["capacity"] = []
+    if not b.DO_CAPACITY or not boards(b):
+        log("capacity run skipped")
+        return
+    env = dict(os.environ, MUTANTOPS_CLUSTER_DIR=str(CLUSTER_DIR))
+    for n in boards(b):
+        step(f"capacity: scripts/fleet --boards {n} --minutes {CAPACITY_MINUTES} (a control plane of its own in "
+             f"{CLUSTER_DIR.name})")
+        out, log_path = b.path(f"capacity-{n}.json"), b.path(f"capacity-{n}.log")
+        with open(log_path, "w") as f:
+            p = subprocess.run([str(REPO / "scripts/fleet"), "--boards", str(n), "--minutes", str(CAPACITY_MINUTES),
+                                "--binary", str(BIN), "--json", str(out)], cwd=REPO, env=env, stdout=f,
+                               stderr=subprocess.STDOUT)
+        if p.returncode or not out.is_file():
+            tail(log_path, 30)
+            die(f"scripts/fleet --boards {n} failed (exit {p.returncode}): see {log_path}")
+        f = json.loads(out.read_text())
+        R["capacity"].append(summary(f))
+        c = R["capacity"][-1]
+        log(f"{n} boards: polls {c['polls']} ({c['codes']}), p99 {c['p99']} ms, writes/device-hour "
+            f"{c['writes']}, operator RSS {c['rss_hwm']} / {c['rss']} MiB")
+
+
+def summary(f):
+    """What the rows show of one fleet run."""
+    polls = f["polls_by_code"]
+    ms = f["poll_ms"]
+    mib = (lambda kib: f"{float(kib) / 1024:.1f}")
+    window = f["window_s"] or 1
+    return {
+        "boards": f["boards"], "booted": f["booted"], "mutations": f["mutations"], "variants": f["variants"],
+        "polls": f["polls"],
+        "codes": " ".join(f"{k}:{v}" for k, v in polls.items()) or "none",
+        "fivexx": sum(v for k, v in polls.items() if int(k) >= 500 or int(k) == 0)
+        + sum(v for k, v in f["enrolls_by_code"].items() if int(k) >= 500 or int(k) == 0),
+        "throttled": polls.get("429", 0),
+        "p50": fmt(ms["p50"]), "p99": fmt(ms["p99"]), "max": fmt(ms["max"]),
+        "writes": f"{f['writes_per_device_hour_total']:.2f}",
+        "writes_by_kind": ", ".join(f"{k} {v:.2f}" for k, v in sorted(f["writes_per_device_hour"].items())) or "none",
+        "apiserver_cpu": f"{100 * f['apiserver_cpu_s'] / window:.0f}",
+        "operator_cpu": f"{100 * f['operator_cpu_s'] / window:.0f}",
+        "simulator_cpu": f"{100 * f['simulator_cpu_s'] / window:.0f}",
+        "rss": mib(f["operator_rss_kib"]), "rss_hwm": mib(f["operator_hwm_kib"]),
+        "apiserver_rss": mib(f["apiserver_rss_kib"] or 0),
+        "simulated_hours": f"{f['simulated_hours']:g}", "compress": f"{f['compress']:g}",
+        "screens": bool(f["screens"]),
+    }
+
+
+def fmt(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
+def rows(b):
+    runs = b.R.get("capacity") or []
+    if not runs:
+        yield row("capacity (scripts/fleet)", "skipped (MUTANTOPS_BENCH_CAPACITY empty or --no-capacity)", "-", "-")
+        return
+    largest = max(c["boards"] for c in runs)
+    for c in runs:
+        judged = c["boards"] == largest
+        what = (f"capacity, {c['boards']} boards ({c['mutations']} Mutations x {c['variants']} variants, 15m polls "
+                f"compressed {c['compress']}x, {c['simulated_hours']} h simulated)")
+        yield row(f"{what}: polls (by code); answers 5xx or none", f"{c['polls']} ({c['codes']}); {c['fivexx']}",
+                  "0" if judged else "-", judge(judged, c["fivexx"] == 0))
+        yield row("  ... poll p50 / p99 / max (connect to last byte, the simulator's clock)",
+                  f"{c['p50']} / {c['p99']} / {c['max']} ms", f"p99 ≤ {P99_TARGET_MS} ms" if judged else "-",
+                  judge(judged, c["p99"] != "-" and float(c["p99"]) <= P99_TARGET_MS))
+        yield row("  ... the operator's writes per device-hour (audit log)", f"{c['writes']} ({c['writes_by_kind']})",
+                  f"≤ {WRITES_TARGET:g} + state changes" if judged else "-",
+                  judge(judged, float(c["writes"]) <= WRITES_TARGET))
+        yield row("  ... operator RSS peak / settled (VmHWM / VmRSS)", f"{c['rss_hwm']} / {c['rss']} MiB",
+                  f"≤ {RSS_TARGET_MIB} MiB" if judged else "-",
+                  judge(judged, float(c["rss_hwm"]) <= RSS_TARGET_MIB))
+        yield row("  ... CPU of one core in the steady phase: API server / operator / simulator",
+                  f"{c['apiserver_cpu']} % / {c['operator_cpu']} % / {c['simulator_cpu']} %", "-", "-")
+
+
+def judge(judged, ok):
+    if not judged:
+        return "-"
+    return "met" if ok else "MISSED"
+
+
+def text(b):
+    """The paragraph of "How each figure is measured"."""
+    return f"""### Capacity of one cluster
+
+`capacity.py` runs `scripts/fleet --boards N --minutes {CAPACITY_MINUTES}` for each N of
+`MUTANTOPS_BENCH_CAPACITY` ({' '.join(str(n) for n in boards(b)) or 'none'}), before the
+bench's own control plane starts, each on a control plane of its own (`.cluster-capacity`,
+stopped and wiped after it): 10 Mutations x 3 variants with `spec.devices`, every board enrolling
+with its Mutation's key and polling every 15 minutes compressed 60 times (15 s), 5 % of the
+boards losing Wi-Fi and 2 % power for a while (docs/scale.md says what a board does). Counted
+over the steady phase only: polls by answer (0 is no answer), the poll's latency from the
+simulator's side (connect to last byte; the simulator shares the 2 cores), the operator's
+writes per device-hour from the API server's audit log (lastSeen is written at most once per
+`persistEvery`, 10 minutes compressed as the interval is, and on a change of state, R40), the
+CPU of each process over the window and the operator's RSS. The targets judge the largest run.
+No renderer runs on the fake node, so the boards fetch no screens here; the screens' 304s are
+the HTTP API rows' (`screens.py`).
+"""
