@@ -15,7 +15,7 @@
 //!
 //! The rooms, lowest first: `batch` (the engine), `targets` (what it edits, and the bounds).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -84,7 +84,7 @@ impl Store {
         manager: &'static str,
         limit: Duration,
         change: F,
-    ) -> Result<Mutation, ApiError>
+    ) -> Result<Arc<Mutation>, ApiError>
     where
         F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
     {
@@ -100,7 +100,7 @@ impl Store {
         name: &str,
         limit: Duration,
         change: F,
-    ) -> Result<Mutation, ApiError>
+    ) -> Result<Arc<Mutation>, ApiError>
     where
         F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
     {
@@ -118,7 +118,7 @@ impl Store {
         max_devices: usize,
         limit: Duration,
         change: F,
-    ) -> Result<Devices, ApiError>
+    ) -> Result<Arc<Devices>, ApiError>
     where
         F: Fn(&mut Registry) -> Result<(), ApiError> + Send + Sync + 'static,
     {

@@ -127,7 +127,7 @@ pub(super) async fn insert(
     ns: &str,
     name: &str,
     variant: Variant,
-) -> Result<Mutation, ApiError> {
+) -> Result<Arc<Mutation>, ApiError> {
     // Checked on the cached Mutation first, so that an allowed request costs no extra request
     // to the API server, then again in the edit, on the Mutation as read from the API server.
     // The cache can be older than a change acknowledged before this request, so a refusal is
@@ -389,7 +389,12 @@ fn respond(
 /// Mutation read fresh from the API server (or refuses), and the list is written with the
 /// resourceVersion it was read at; a conflict is retried on fresh data. Never a blind
 /// overwrite. Then waits (within the request's deadline) for this replica's cache to show it.
-async fn edit<F>(state: &ApiState, ns: &str, name: &str, change: F) -> Result<Mutation, ApiError>
+async fn edit<F>(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    change: F,
+) -> Result<Arc<Mutation>, ApiError>
 where
     F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
 {

@@ -175,7 +175,7 @@ impl RevisionMemory {
 }
 
 /// A store edit's outcome for the controller: a Mutation deleted meanwhile (404) is `None`.
-fn unless_gone(edited: Result<Mutation, ApiError>) -> crate::Result<Option<Mutation>> {
+fn unless_gone(edited: Result<Arc<Mutation>, ApiError>) -> crate::Result<Option<Arc<Mutation>>> {
     match edited {
         Ok(m) => Ok(Some(m)),
         Err(err) if err.0 == hyper::StatusCode::NOT_FOUND => Ok(None),
@@ -190,7 +190,7 @@ impl Context {
         &self,
         owner: &Owner,
         change: F,
-    ) -> crate::Result<Option<Mutation>>
+    ) -> crate::Result<Option<Arc<Mutation>>>
     where
         F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
     {
@@ -206,7 +206,7 @@ impl Context {
         &self,
         owner: &Owner,
         change: F,
-    ) -> crate::Result<Option<Mutation>>
+    ) -> crate::Result<Option<Arc<Mutation>>>
     where
         F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
     {

@@ -87,11 +87,15 @@ pub trait Target: Send + Sync + 'static {
 pub type Change<T> =
     Box<dyn Fn(&<T as Target>::Object) -> Result<<T as Target>::Part, ApiError> + Send + Sync>;
 
+/// What an edit is answered: the object as written (shared by the edits of its batch), or
+/// why not.
+type Answer<T> = Result<Arc<<T as Target>::Object>, ApiError>;
+
 /// One edit waiting for its object's writer.
 struct Pending<T: Target> {
     change: Change<T>,
     claim: Claim,
-    answer: oneshot::Sender<Result<T::Object, ApiError>>,
+    answer: oneshot::Sender<Answer<T>>,
 }
 
 /// The edits waiting, per object that has a writer (an entry lives while its writer does),
@@ -143,14 +147,11 @@ impl Budgets {
 
 impl<T: Target> Batches<T> {
     /// Applies `change` to the object of `target` together with the other edits waiting for
-    /// it, and answers the object as written (or as read, when nothing
-    /// changed). Each call to the API server is bounded by `limit`.
-    pub async fn edit(
-        &self,
-        target: T,
-        limit: Duration,
-        change: Change<T>,
-    ) -> Result<T::Object, ApiError> {
+    /// it, and answers the object as written (or as read, when nothing changed): one copy
+    /// shared by every edit of the batch (a batch of a hundred devices' edits of a Mutation
+    /// listing hundreds of devices made a hundred copies of it). Each call to the API server is
+    /// bounded by `limit`.
+    pub async fn edit(&self, target: T, limit: Duration, change: Change<T>) -> Answer<T> {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
             change,
@@ -326,14 +327,15 @@ fn apply<T: Target>(
     }
 }
 
-/// Answers each edit of `batch`: its refusal, or `object`.
+/// Answers each edit of `batch`: its refusal, or `object`, shared.
 fn answer<T: Target>(
     batch: Vec<Pending<T>>,
     results: Vec<Result<(), ApiError>>,
     object: &T::Object,
 ) {
+    let shared = Arc::new(object.clone());
     for (p, r) in batch.into_iter().zip(results) {
-        let _ = p.answer.send(r.map(|()| object.clone()));
+        let _ = p.answer.send(r.map(|()| Arc::clone(&shared)));
     }
 }
 

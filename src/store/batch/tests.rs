@@ -32,7 +32,7 @@ fn fits(before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
 fn pending<T: Target>(
     change: Change<T>,
     claim: Claim,
-) -> (Pending<T>, oneshot::Receiver<Result<T::Object, ApiError>>) {
+) -> (Pending<T>, oneshot::Receiver<Answer<T>>) {
     let (answer, answered) = oneshot::channel();
     (
         Pending {
