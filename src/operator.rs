@@ -171,7 +171,7 @@ pub async fn run(config: Config) -> Result<()> {
         own_secrets,
         server: policy_version(&version),
     };
-    let store = Store::new(client.clone());
+    let store = Store::new(client.clone()).reading(&caches);
     let controllers = controller::start(
         store.clone(),
         &caches,

@@ -25,6 +25,7 @@ use kube::{
 use serde_json::json;
 
 use crate::{
+    cache::Caches,
     crd::{DeviceStatus, Mutation, OwnerResource, OwnerStatus, Variant},
     http::{ApiError, overdue},
     variant::{self, Owner, devices::Registry},
@@ -42,6 +43,12 @@ use targets::{DevicesSecret, Listed, OfMutation, Variants};
 /// expiry removes).
 pub const OPERATOR_MANAGER: &str = variant::FIELD_MANAGER;
 
+/// How long a heartbeat's edit of a device list waits for others to be written with (R40):
+/// the devices' polls of one Mutation cost one write a second at most, however many there
+/// are, where each write carries the whole list. A heartbeat records when the device was
+/// heard, not when it was written, so the wait changes nothing it says.
+pub const HEARTBEAT_GATHER: Duration = Duration::from_secs(1);
+
 /// How long one call of the controller's edits may take (a request's edits are bounded by
 /// the request's own deadline instead).
 pub const CONTROLLER_CALL_LIMIT: Duration = Duration::from_secs(10);
@@ -51,6 +58,8 @@ pub const CONTROLLER_CALL_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Store {
     client: Client,
+    /// The caches the Mutations' edits start from (see [`Store::reading`]).
+    caches: Option<Caches>,
     variants: Batches<Variants>,
     registries: Batches<DevicesSecret>,
     lists: Batches<Listed>,
@@ -61,9 +70,22 @@ impl Store {
     pub fn new(client: Client) -> Self {
         Store {
             client,
+            caches: None,
             variants: Batches::default(),
             registries: Batches::default(),
             lists: Batches::default(),
+        }
+    }
+
+    /// The store, its edits of a Mutation starting from `caches`' copy instead of a read of
+    /// the API server: each write is guarded by the resourceVersion it started from, so a
+    /// copy the cache has not brought up to date costs a conflict and a read, never an edit;
+    /// in a steady state it saves a GET of the whole Mutation (its device list included) per
+    /// write.
+    pub fn reading(self, caches: &Caches) -> Self {
+        Store {
+            caches: Some(caches.clone()),
+            ..self
         }
     }
 
@@ -88,8 +110,36 @@ impl Store {
     where
         F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
     {
-        let target = Variants(OfMutation::new(&self.client, ns, name, manager));
+        let caches = self.caches.as_ref();
+        let target = Variants(OfMutation::new(&self.client, ns, name, manager, caches));
         self.variants.edit(target, limit, Box::new(change)).await
+    }
+
+    /// [`Store::edit_devices`] for a heartbeat, which nobody waits on: it is written with the
+    /// other edits of the Mutation's device list that come within [`HEARTBEAT_GATHER`] (or
+    /// at once with one that may not wait).
+    pub async fn note_devices<F>(
+        &self,
+        ns: &str,
+        name: &str,
+        limit: Duration,
+        change: F,
+    ) -> Result<Arc<Mutation>, ApiError>
+    where
+        F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
+    {
+        let caches = self.caches.as_ref();
+        let target = Listed(OfMutation::new(
+            &self.client,
+            ns,
+            name,
+            DEVICES_MANAGER,
+            caches,
+        ));
+        let change = Box::new(change);
+        self.lists
+            .edit_gathered(target, limit, change, HEARTBEAT_GATHER)
+            .await
     }
 
     /// Edits Mutation `ns/name`'s device list (`status.devices`, kept in id order, and its
@@ -104,7 +154,14 @@ impl Store {
     where
         F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
     {
-        let target = Listed(OfMutation::new(&self.client, ns, name, DEVICES_MANAGER));
+        let caches = self.caches.as_ref();
+        let target = Listed(OfMutation::new(
+            &self.client,
+            ns,
+            name,
+            DEVICES_MANAGER,
+            caches,
+        ));
         self.lists.edit(target, limit, Box::new(change)).await
     }
 

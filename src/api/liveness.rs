@@ -222,7 +222,7 @@ async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due<'static>
     let caches = state.caches.clone();
     let edit = state
         .store
-        .edit_devices(&ns, &name, state.deadline, move |m| {
+        .note_devices(&ns, &name, state.deadline, move |m| {
             let parsed = caches.parsed(m);
             let Some(policy) = parsed.devices() else {
                 return Ok(listed(m).to_vec());

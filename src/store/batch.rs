@@ -2,11 +2,13 @@
 //! together: a Mutation's variants (R22), its devices Secret (R39), its device list (R40),
 //! whoever asks (a request of the HTTP API, a heartbeat, the controller). Each edit is a
 //! read-modify-write guarded by the object's resourceVersion. An object being edited has one
-//! writer task: it takes every edit waiting, reads the object once, applies the edits in the
-//! order they came (each sees those before it; one refused changes nothing of the others),
-//! checks the object's invariants after each ([`Target::check`]: an edit that would break one
-//! is refused alone) and writes the result once, retrying the lot on a conflict with fresh
-//! data, at most [`MAX_ATTEMPTS`] times. Each caller waits for its own answer.
+//! writer task: it takes every edit waiting, starts from the object as known (its own last
+//! write, the cache) or as read, applies the edits in the order they came (each sees those
+//! before it; one refused changes nothing of the others), checks the object's invariants after
+//! each ([`Target::check`]: an edit that would break one is refused alone) and writes the
+//! result once, retrying the lot on a conflict with fresh data, at most [`MAX_ATTEMPTS`]
+//! times. Each caller waits for its own answer; edits nobody waits on may be gathered for a
+//! while first ([`Batches::edit_gathered`]).
 //!
 //! Every object has a budget of read-modify-writes ([`WRITES_PER_SECOND`], [`WRITE_BURST`]):
 //! a writer that has spent it waits for the next one it may make, and the edits that arrive
@@ -24,7 +26,10 @@ use std::{
 };
 
 use hyper::StatusCode;
-use tokio::{sync::oneshot, time::Instant};
+use tokio::{
+    sync::{Notify, oneshot},
+    time::Instant,
+};
 
 use crate::http::{
     ApiError,
@@ -53,6 +58,11 @@ pub trait Target: Send + Sync + 'static {
 
     /// The object as the API server has it now, or why there is none to edit.
     fn read(&self) -> impl Future<Output = Result<Self::Object, ApiError>> + Send;
+    /// The object as this replica knows it without asking (its cache), if it does: what a
+    /// writer's first attempt starts from (none by default: every attempt reads).
+    fn known(&self) -> Option<Self::Object> {
+        None
+    }
     /// Its part that edits change.
     fn part(object: &Self::Object) -> &Self::Part;
     /// Puts `part` into `object`.
@@ -96,21 +106,29 @@ struct Pending<T: Target> {
     change: Change<T>,
     claim: Claim,
     answer: oneshot::Sender<Answer<T>>,
+    /// Until when it may wait for others to be written with ([`Batches::edit_gathered`]);
+    /// `None`: written at once.
+    gather: Option<Instant>,
 }
 
 /// The edits waiting, per object that has a writer (an entry lives while its writer does),
-/// and each object's budget of writes.
-pub struct Batches<T: Target>(Arc<Mutex<HashMap<String, Vec<Pending<T>>>>>, Budgets);
+/// each object's budget of writes, and the writers gathering edits, told when an edit that
+/// may not wait arrives.
+pub struct Batches<T: Target>(
+    Arc<Mutex<HashMap<String, Vec<Pending<T>>>>>,
+    Budgets,
+    Arc<Notify>,
+);
 
 impl<T: Target> Default for Batches<T> {
     fn default() -> Self {
-        Batches(Arc::default(), Budgets::default())
+        Batches(Arc::default(), Budgets::default(), Arc::default())
     }
 }
 
 impl<T: Target> Clone for Batches<T> {
     fn clone(&self) -> Self {
-        Batches(Arc::clone(&self.0), self.1.clone())
+        Batches(Arc::clone(&self.0), self.1.clone(), Arc::clone(&self.2))
     }
 }
 
@@ -152,11 +170,37 @@ impl<T: Target> Batches<T> {
     /// listing hundreds of devices made a hundred copies of it). Each call to the API server is
     /// bounded by `limit`.
     pub async fn edit(&self, target: T, limit: Duration, change: Change<T>) -> Answer<T> {
+        self.submit(target, limit, change, None).await
+    }
+
+    /// [`Batches::edit`], for an edit nobody waits on (a heartbeat): it waits up to `gather`
+    /// for others of its object, so a steady stream of them is one write per `gather`, not one
+    /// per round trip (a device list's write costs the API server as much as the list is
+    /// long). An edit that may not wait ends the window.
+    pub async fn edit_gathered(
+        &self,
+        target: T,
+        limit: Duration,
+        change: Change<T>,
+        gather: Duration,
+    ) -> Answer<T> {
+        let until = Instant::now() + gather;
+        self.submit(target, limit, change, Some(until)).await
+    }
+
+    async fn submit(
+        &self,
+        target: T,
+        limit: Duration,
+        change: Change<T>,
+        gather: Option<Instant>,
+    ) -> Answer<T> {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
             change,
             claim: overdue::claim(),
             answer,
+            gather,
         };
         let key = target.key();
         let start = {
@@ -175,6 +219,8 @@ impl<T: Target> Batches<T> {
         let what = target.describe();
         if start {
             tokio::spawn(Writer { target, limit }.run(self.clone(), key));
+        } else if gather.is_none() {
+            self.2.notify_waiters();
         }
         answered.await.unwrap_or_else(|_| {
             Err(ApiError(
@@ -188,6 +234,32 @@ impl<T: Target> Batches<T> {
     fn take_more(&self, key: &str) -> Vec<Pending<T>> {
         let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         waiting.get_mut(key).map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Waits until the end of `batch`'s gathering window, or until an edit of `key` arrives
+    /// that may not wait; at once when an edit of the batch may not.
+    async fn gather(&self, key: &str, batch: &[Pending<T>]) {
+        let Some(until) = batch.iter().map(|p| p.gather).min().flatten() else {
+            return;
+        };
+        let deadline = tokio::time::sleep_until(until);
+        tokio::pin!(deadline);
+        loop {
+            let told = self.2.notified();
+            if self.urgent(key) {
+                return;
+            }
+            tokio::select! {
+                () = &mut deadline => return,
+                () = told => {}
+            }
+        }
+    }
+
+    /// Whether an edit that may not wait is waiting for `key`'s writer.
+    fn urgent(&self, key: &str) -> bool {
+        let waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (waiting.get(key)).is_some_and(|q| q.iter().any(|p| p.gather.is_none()))
     }
 
     /// The edits waiting for `key`'s writer, or none: then the writer is gone.
@@ -210,35 +282,60 @@ struct Writer<T> {
 impl<T: Target> Writer<T> {
     /// Writes the edits waiting until there are none.
     async fn run(self, batches: Batches<T>, key: String) {
+        let mut last = None;
         loop {
             let mut batch = batches.take(&key);
             if batch.is_empty() {
                 return;
             }
-            // Edits that arrive while the writer waits for its budget join this batch.
-            if batches.1.spend(&key).await {
+            // Edits that arrive while the writer gathers, or waits for its budget, join
+            // this batch.
+            batches.gather(&key, &batch).await;
+            let waited = batches.1.spend(&key).await;
+            if waited || batch.iter().any(|p| p.gather.is_some()) {
                 batch.append(&mut batches.take_more(&key));
             }
-            self.write(batch).await;
+            last = self.write(batch, last.take()).await;
         }
     }
 
-    /// One read-modify-write of the edits of `batch`, retried on a conflict.
-    async fn write(&self, mut batch: Vec<Pending<T>>) {
+    /// One read-modify-write of the edits of `batch`, retried on a conflict; the object as
+    /// written (or as read, when nothing changed), when it was. The first attempt starts from
+    /// the object as this writer wrote it last (`last`) or as cached; each write is guarded
+    /// by the resourceVersion it started from, so a stale start costs a conflict, never an
+    /// edit, and every later attempt reads the API server, as does an edit that changes
+    /// nothing of what was known, before it is answered.
+    async fn write(
+        &self,
+        mut batch: Vec<Pending<T>>,
+        last: Option<Arc<T::Object>>,
+    ) -> Option<Arc<T::Object>> {
+        let mut known = last
+            .map(|o| T::Object::clone(&o))
+            .or_else(|| self.target.known());
         for attempt in 1..=MAX_ATTEMPTS {
             // A client gone before its edit was sent is not written for.
             batch.retain(|p| !p.answer.is_closed());
             if batch.is_empty() {
-                return;
+                return None;
             }
-            let current = match self.bounded(self.target.read()).await {
-                Ok(Ok(current)) => current,
-                Ok(Err(refused)) | Err(refused) => return refuse_all(batch, &refused),
+            let (current, fresh) = match known.take() {
+                Some(known) => (known, false),
+                None => match self.bounded(self.target.read()).await {
+                    Ok(Ok(current)) => (current, true),
+                    Ok(Err(refused)) | Err(refused) => {
+                        refuse_all(batch, &refused);
+                        return None;
+                    }
+                },
             };
             let check = |before: &T::Object, after: &T::Object| self.target.check(before, after);
             let (part, results) = apply(check, &current, &mut batch);
             if !T::needs_write(&current, &part) {
-                return answer(batch, results, &current);
+                if !fresh {
+                    continue;
+                }
+                return Some(answer(batch, results, current));
             }
             let failed = match self.bounded(self.target.write(&current, &part)).await {
                 Ok(Ok(written)) => {
@@ -250,7 +347,7 @@ impl<T: Target> Writer<T> {
                             p.claim.acknowledged();
                         }
                     }
-                    return answer(batch, results, &written);
+                    return Some(answer(batch, results, written));
                 }
                 Ok(Err(err)) if crate::conflict(&err) => {
                     let (namespace, name) = self.target.owner();
@@ -265,13 +362,15 @@ impl<T: Target> Writer<T> {
             };
             // The edits refused keep their own answer; the others get the failure.
             let answers = results.into_iter().map(|r| r.and(Err(failed.clone())));
-            return answer(batch, answers.collect(), &current);
+            answer(batch, answers.collect(), current);
+            return None;
         }
         let gave_up = format!(
             "{} kept changing: gave up after {MAX_ATTEMPTS} attempts; try again",
             self.target.describe()
         );
         refuse_all(batch, &ApiError(StatusCode::SERVICE_UNAVAILABLE, gave_up));
+        None
     }
 
     /// `call` within the writer's limit: its own result, or 503 when it took longer.
@@ -327,16 +426,17 @@ fn apply<T: Target>(
     }
 }
 
-/// Answers each edit of `batch`: its refusal, or `object`, shared.
+/// Answers each edit of `batch`: its refusal, or `object`, shared; returns it.
 fn answer<T: Target>(
     batch: Vec<Pending<T>>,
     results: Vec<Result<(), ApiError>>,
-    object: &T::Object,
-) {
-    let shared = Arc::new(object.clone());
+    object: T::Object,
+) -> Arc<T::Object> {
+    let shared = Arc::new(object);
     for (p, r) in batch.into_iter().zip(results) {
         let _ = p.answer.send(r.map(|()| Arc::clone(&shared)));
     }
+    shared
 }
 
 /// Answers every edit of `batch` with `err`.

@@ -12,6 +12,7 @@ use kube::{
 use serde_json::json;
 
 use super::batch::Target;
+use crate::cache::Caches;
 use crate::{
     crd::{DeviceStatus, Mutation, Variant, devices::MAX_DEVICES},
     http::ApiError,
@@ -86,23 +87,43 @@ fn within(what: &str, size: usize, was: usize) -> Result<(), ApiError> {
     )))
 }
 
-/// A Mutation, `ns/name`, whose part a target edits, and the field manager its writes carry.
+/// A Mutation, `ns/name`, whose part a target edits, the field manager its writes carry,
+/// and the cache it is known from, if any.
 pub struct OfMutation {
     api: Api<Mutation>,
     ns: String,
     name: String,
     manager: &'static str,
+    caches: Option<Caches>,
 }
 
 impl OfMutation {
-    /// Mutation `ns/name`, through `client`, written under field manager `manager`.
-    pub fn new(client: &Client, ns: &str, name: &str, manager: &'static str) -> Self {
+    /// Mutation `ns/name`, through `client`, written under field manager `manager`, known
+    /// from `caches` when given.
+    pub fn new(
+        client: &Client,
+        ns: &str,
+        name: &str,
+        manager: &'static str,
+        caches: Option<&Caches>,
+    ) -> Self {
         OfMutation {
             api: Api::namespaced(client.clone(), ns),
             ns: ns.to_string(),
             name: name.to_string(),
             manager,
+            caches: caches.cloned(),
         }
+    }
+
+    /// The Mutation as cached, if it is.
+    fn known(&self) -> Option<Mutation> {
+        let cached = self
+            .caches
+            .as_ref()?
+            .mutations
+            .get(&kube::runtime::reflector::ObjectRef::new(&self.name).within(&self.ns))?;
+        Some(Mutation::clone(&cached))
     }
 
     /// Its key among the batches: the Mutation's namespace and name.
@@ -135,6 +156,10 @@ impl Target for Variants {
 
     async fn read(&self) -> Result<Mutation, ApiError> {
         self.0.get().await
+    }
+
+    fn known(&self) -> Option<Mutation> {
+        self.0.known()
     }
 
     fn part(m: &Mutation) -> &Vec<Variant> {
@@ -190,6 +215,10 @@ impl Target for Listed {
 
     async fn read(&self) -> Result<Mutation, ApiError> {
         self.0.get().await
+    }
+
+    fn known(&self) -> Option<Mutation> {
+        self.0.known()
     }
 
     fn part(m: &Mutation) -> &Vec<DeviceStatus> {

@@ -35,7 +35,13 @@ fn with_variants(count: usize) -> Mutation {
 /// from a Mutation over the bound.
 #[tokio::test]
 async fn variants_stay_within_their_bound() {
-    let target = Variants(OfMutation::new(&no_server(), "team", "web", API_MANAGER));
+    let target = Variants(OfMutation::new(
+        &no_server(),
+        "team",
+        "web",
+        API_MANAGER,
+        None,
+    ));
     let full = with_variants(MAX_VARIANTS);
     let over = with_variants(MAX_VARIANTS + 1);
     let refused = target.check(&full, &over);
@@ -78,6 +84,7 @@ async fn the_device_list_stays_within_its_bound() {
         "team",
         "web",
         DEVICES_MANAGER,
+        None,
     ));
     let bound = usize::try_from(MAX_DEVICES).unwrap_or(0);
     let Err(ApiError(code, message)) = target.check(&listing(bound), &listing(bound + 1)) else {
