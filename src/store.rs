@@ -36,8 +36,19 @@ mod targets;
 
 use batch::Batches;
 use batch::Target;
-pub use targets::{API_MANAGER, DEVICES_MANAGER, Devices, new_token, owned_metadata};
+pub use targets::{API_MANAGER, DEVICES_MANAGER, Devices, owned_metadata};
 use targets::{DevicesSecret, Listed, OfMutation, Variants};
+
+/// 64 lower-case hex characters from 32 bytes of the OS random source.
+pub fn new_token() -> crate::Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(crate::Error::Random)?;
+    Ok(bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+        out
+    }))
+}
 
 /// The field manager of the controller's writes (its status, the variants and devices its
 /// expiry removes).

@@ -118,11 +118,7 @@ impl OfMutation {
 
     /// The Mutation as cached, if it is.
     fn known(&self) -> Option<Mutation> {
-        let cached = self
-            .caches
-            .as_ref()?
-            .mutations
-            .get(&kube::runtime::reflector::ObjectRef::new(&self.name).within(&self.ns))?;
+        let cached = self.caches.as_ref()?.mutation(&self.ns, &self.name)?;
         Some(Mutation::clone(&cached))
     }
 
@@ -445,17 +441,6 @@ pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
         owner_references: Some(vec![owner.owner_reference()]),
         ..ObjectMeta::default()
     }
-}
-
-/// 64 lower-case hex characters from 32 bytes of the OS random source.
-pub fn new_token() -> crate::Result<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(crate::Error::Random)?;
-    Ok(bytes.iter().fold(String::with_capacity(64), |mut out, b| {
-        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-        out
-    }))
 }
 
 #[cfg(test)]
