@@ -121,9 +121,14 @@ impl Store {
     where
         F: Fn(&Mutation) -> Result<Vec<Variant>, ApiError> + Send + Sync + 'static,
     {
-        let caches = self.caches.as_ref();
-        let target = Variants(OfMutation::new(&self.client, ns, name, manager, caches));
+        let target = Variants(self.mutation(ns, name, manager));
         self.variants.edit(target, limit, Box::new(change)).await
+    }
+
+    /// Mutation `ns/name` as a target of edits under field manager `manager`, known from the
+    /// caches when the store reads them.
+    fn mutation(&self, ns: &str, name: &str, manager: &'static str) -> OfMutation {
+        OfMutation::new(&self.client, ns, name, manager, self.caches.as_ref())
     }
 
     /// [`Store::edit_devices`] for a heartbeat, which nobody waits on: it is written with the
@@ -139,14 +144,7 @@ impl Store {
     where
         F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
     {
-        let caches = self.caches.as_ref();
-        let target = Listed(OfMutation::new(
-            &self.client,
-            ns,
-            name,
-            DEVICES_MANAGER,
-            caches,
-        ));
+        let target = Listed(self.mutation(ns, name, DEVICES_MANAGER));
         let change = Box::new(change);
         self.lists
             .edit_gathered(target, limit, change, HEARTBEAT_GATHER)
@@ -165,14 +163,7 @@ impl Store {
     where
         F: Fn(&Mutation) -> Result<Vec<DeviceStatus>, ApiError> + Send + Sync + 'static,
     {
-        let caches = self.caches.as_ref();
-        let target = Listed(OfMutation::new(
-            &self.client,
-            ns,
-            name,
-            DEVICES_MANAGER,
-            caches,
-        ));
+        let target = Listed(self.mutation(ns, name, DEVICES_MANAGER));
         self.lists.edit(target, limit, Box::new(change)).await
     }
 
