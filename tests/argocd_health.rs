@@ -286,7 +286,7 @@ fn a_conflicting_variant_is_degraded_with_its_message() {
 fn variant_services_keep_the_meaning_of_the_states() {
     let message = "Service \"web-beta\" already exists and has no controller; it is left alone";
     let mut alpha = variant("alpha", VariantState::Ready, None);
-    alpha.service = Some(VariantService {
+    alpha.service = Some(Box::new(VariantService {
         name: "web-alpha".into(),
         type_: "NodePort".into(),
         dns: "web-alpha.default.svc".into(),
@@ -298,7 +298,7 @@ fn variant_services_keep_the_meaning_of_the_states() {
             node_port: Some(30080),
         }],
         ingress: vec![],
-    });
+    }));
     let served = mutation(Some(vec![alpha.clone()]), None);
     assert_eq!(health(&served), expect("Healthy", "1/1 variants ready"));
     let m = mutation(

@@ -246,7 +246,7 @@ pub(super) fn service_of<'a>(m: &'a Mutation, label: &str) -> Option<&'a Variant
         .iter()
         .find(|v| v.label == label)?
         .service
-        .as_ref()
+        .as_deref()
 }
 
 /// Device `id` as this replica knows it: its status entry (or, not listed yet, its record),

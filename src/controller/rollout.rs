@@ -28,7 +28,8 @@ use crate::{
     Result,
     crd::{Condition, OwnerResource, OwnerStatus, RolloutPhase, Variant, VariantState},
     variant::{
-        self, Base, KIND_LABEL, OWNER_LABEL, ObservedDeployment, Owner, Planned, is_controlled_by,
+        self, Base, KIND_LABEL, MetaView, OWNER_LABEL, ObservedDeployment, Owner, Planned,
+        is_controlled_by,
         rollout::{
             ABORT_ANNOTATION, Health, Outcome, RESUME_ANNOTATION, REVISION_LABEL, RolloutPolicy,
             Running, Word, decide, revision_of,
@@ -153,7 +154,7 @@ pub async fn prepare<K: OwnerResource>(
         let name = variant::deployment_name(current_base.name(), label);
         observed
             .iter()
-            .find(|d| d.metadata.name.as_deref() == Some(name.as_str()))
+            .find(|d| d.metadata.name() == Some(name.as_str()))
     };
     let running: Vec<Running> = declared
         .iter()

@@ -17,8 +17,8 @@ use crate::{
     crd::{Condition, OwnerResource, OwnerStatus, Variant, VariantScreen, VariantStatus},
     metrics::screens::{NEW, UNCHANGED},
     variant::{
-        CachedSecret, OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL, deployment_name,
-        is_controlled_by,
+        CachedSecret, MetaView, OWNER_LABEL, ObservedDeployment, Owner, VARIANT_LABEL,
+        deployment_name, is_controlled_by,
         parsed::Parsed,
         screen::{Failure, Screen, ScreenPolicy, etag_of, rhythm, screen_secret_name},
         wake::Rhythm,
@@ -179,10 +179,7 @@ enum Renderer {
 
 /// Where `v`'s renderer (Deployment `name` among `observed`) is.
 fn renderer(observed: &[Arc<ObservedDeployment>], name: &str, v: &Variant) -> Renderer {
-    let Some(d) = observed
-        .iter()
-        .find(|d| d.metadata.name.as_deref() == Some(name))
-    else {
+    let Some(d) = observed.iter().find(|d| d.metadata.name() == Some(name)) else {
         return Renderer::Starting;
     };
     let ready = d
@@ -382,11 +379,7 @@ fn cached_sizes(ctx: &Context) -> impl Iterator<Item = (String, usize)> {
         .unwrap_or_default();
     cached.into_iter().filter_map(|s| {
         let len = s.screen.as_ref()?.bytes.len();
-        let key = format!(
-            "{}/{}",
-            s.metadata.namespace.as_deref()?,
-            s.metadata.name.as_deref()?
-        );
+        let key = format!("{}/{}", s.metadata.namespace()?, s.metadata.name()?);
         Some((key, len))
     })
 }
@@ -400,19 +393,14 @@ async fn forget_gone(ctx: &Context, owner: &Owner, variants: &[Variant]) -> Resu
         .state()
         .iter()
         .filter(|s| s.screen.is_some())
-        .filter(|s| s.metadata.namespace.as_deref() == Some(owner.namespace.as_str()))
+        .filter(|s| s.metadata.namespace() == Some(owner.namespace.as_str()))
         .filter(|s| label_of(s, OWNER_LABEL) == Some(owner.name.as_str()))
         .filter(|s| is_controlled_by(&s.metadata, &owner.uid))
         .filter(|s| {
             let label = label_of(s, VARIANT_LABEL);
             !variants.iter().any(|v| Some(v.label.as_str()) == label)
         })
-        .filter_map(|s| {
-            Some((
-                s.metadata.name.as_deref()?.to_owned(),
-                s.metadata.uid.as_deref()?.to_owned(),
-            ))
-        })
+        .filter_map(|s| Some((s.metadata.name()?.to_owned(), s.metadata.uid()?.to_owned())))
         .collect();
     for (name, uid) in gone {
         ctx.store

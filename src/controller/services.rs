@@ -78,7 +78,7 @@ pub(super) async fn converge<K: OwnerResource>(
                 Err(message) => Outcome::NotServed(VariantState::Invalid, message),
             };
             match outcome {
-                Outcome::Served(service) => status.service = Some(service),
+                Outcome::Served(service) => status.service = Some(Box::new(service)),
                 Outcome::NotServed(state, message) => {
                     status.state = state;
                     status.message = Some(message);

@@ -2,12 +2,15 @@
 //! packed into one text, for objects the caches hold by the thousand.
 //!
 //! A `BTreeMap<String, String>` allocates a node with room for eleven entries (about 550
-//! bytes) even for one, and then each key and each value on its own. A `StrMap` holds every
-//! key and value back to back in one `Box<str>` and where each ends in one `Box<[u32]>`: two
-//! allocations, sized exactly, whatever the number of entries. It is built once (decoded, or
-//! collected) and read; it is not edited in place. Keys are sorted and unique, as in a
-//! `BTreeMap`: two maps of the same entries are equal, and it is written out as the same JSON
-//! object.
+//! bytes) even for one, and then each key and each value on its own. A `StrMap` holds the
+//! number of entries and then every key and value, each after its length, back to back in one
+//! `Box<str>`: one allocation, sized exactly, whatever the number of entries (a separate
+//! table of where each ends cost every map a second allocation, 11,000 of them at 1000 x 5).
+//! A length is written in ASCII bytes, six bits each, the seventh set on every byte but the
+//! last: the text stays UTF-8 and a part shorter than 64 bytes costs one byte more. It is
+//! built once (decoded, or collected) and read; it is not edited in place. Keys are sorted
+//! and unique, as in a `BTreeMap`: two maps of the same entries are equal, and it is written
+//! out as the same JSON object.
 
 use std::{collections::BTreeMap, fmt};
 
@@ -20,38 +23,103 @@ use serde::{
 /// Strings to strings, sorted by key, packed (see the module's documentation).
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct StrMap {
-    /// Every key and value, in key order: `k0 v0 k1 v1 ...`.
+    /// The number of entries, then each key and each value after its length, in key order.
     text: Box<str>,
-    /// The end of each key and each value in `text`, in the same order.
-    ends: Box<[u32]>,
 }
+
+/// The bit of a length's byte that says another byte follows.
+const MORE: u8 = 0x40;
+
+/// Appends `n` as a length: six bits per ASCII byte, lowest first.
+fn push_length(text: &mut String, mut n: usize) {
+    loop {
+        let low = (n & 0x3f) as u8;
+        n >>= 6;
+        if n == 0 {
+            text.push(char::from(low));
+            return;
+        }
+        text.push(char::from(low | MORE));
+    }
+}
+
+/// How many bytes [`push_length`] writes for `n`: one for each six bits.
+fn length_bytes(mut n: usize) -> usize {
+    let mut bytes = 1;
+    while n >= 64 {
+        n >>= 6;
+        bytes += 1;
+    }
+    bytes
+}
+
+/// The length at `*pos` of `bytes`, and `*pos` moved past it.
+fn read_length(bytes: &[u8], pos: &mut usize) -> usize {
+    let (mut n, mut shift) = (0usize, 0);
+    while let Some(&b) = bytes.get(*pos) {
+        *pos += 1;
+        n |= usize::from(b & 0x3f) << shift;
+        if b & MORE == 0 {
+            break;
+        }
+        shift += 6;
+    }
+    n
+}
+
+/// The entries of a [`StrMap`], in key order.
+#[derive(Clone)]
+pub struct Entries<'a> {
+    text: &'a str,
+    pos: usize,
+    left: usize,
+}
+
+impl<'a> Entries<'a> {
+    fn part(&mut self) -> &'a str {
+        let len = read_length(self.text.as_bytes(), &mut self.pos);
+        let start = self.pos;
+        self.pos += len;
+        self.text.get(start..self.pos).unwrap_or_default()
+    }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        self.left = self.left.checked_sub(1)?;
+        let key = self.part();
+        Some((key, self.part()))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Entries<'_> {}
 
 impl StrMap {
     /// How many entries.
     pub fn len(&self) -> usize {
-        self.ends.len() / 2
+        read_length(self.text.as_bytes(), &mut 0)
     }
 
     /// Whether there is no entry.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.len() == 0
     }
 
     /// The entries, in key order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone + '_ {
-        self.ends.chunks_exact(2).enumerate().map(|(i, pair)| {
-            let start = match i.checked_sub(1).and_then(|j| self.ends.get(2 * j + 1)) {
-                Some(&end) => end as usize,
-                None => 0,
-            };
-            let (key_end, value_end) = match *pair {
-                [k, v] => (k as usize, v as usize),
-                _ => (start, start),
-            };
-            let key = self.text.get(start..key_end).unwrap_or_default();
-            let value = self.text.get(key_end..value_end).unwrap_or_default();
-            (key, value)
-        })
+    pub fn iter(&self) -> Entries<'_> {
+        let mut pos = 0;
+        let left = read_length(self.text.as_bytes(), &mut pos);
+        Entries {
+            text: &self.text,
+            pos,
+            left,
+        }
     }
 
     /// The keys, in order.
@@ -87,21 +155,22 @@ impl StrMap {
     fn pack<'a>(sorted: impl Iterator<Item = (&'a str, &'a str)> + Clone) -> Self {
         let (mut length, mut count) = (0, 0);
         for (k, v) in sorted.clone() {
-            length += k.len() + v.len();
-            count += 2;
+            length += length_bytes(k.len()) + k.len() + length_bytes(v.len()) + v.len();
+            count += 1;
         }
-        let mut text = String::with_capacity(length);
-        let mut ends = Vec::with_capacity(count);
+        if count == 0 {
+            return StrMap::default();
+        }
+        let mut text = String::with_capacity(length_bytes(count) + length);
+        push_length(&mut text, count);
         for (k, v) in sorted {
             for part in [k, v] {
+                push_length(&mut text, part.len());
                 text.push_str(part);
-                // A map longer than 4 GiB is never decoded (the API server's limit is 3 MiB).
-                ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
             }
         }
         StrMap {
             text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
         }
     }
 }
@@ -138,10 +207,10 @@ impl From<&BTreeMap<String, String>> for StrMap {
 
 impl<'a> IntoIterator for &'a StrMap {
     type Item = (&'a str, &'a str);
-    type IntoIter = Box<dyn Iterator<Item = (&'a str, &'a str)> + 'a>;
+    type IntoIter = Entries<'a>;
 
     fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
+        self.iter()
     }
 }
 
@@ -228,5 +297,25 @@ mod tests {
         assert_eq!(empty.iter().count(), 0);
         assert!(serde_json::from_value::<StrMap>(json!({"a": 1})).is_err());
         assert!(serde_json::from_value::<StrMap>(json!(["a"])).is_err());
+    }
+
+    // Lengths of every size read back: one byte below 64, more from there on
+    #[test]
+    fn long_parts_keep_their_lengths() {
+        for n in [0, 1, 63, 64, 65, 4095, 4096, 300_000] {
+            let value = "é".repeat(n / 2) + &"x".repeat(n % 2);
+            let map: StrMap = [("k", value.as_str()), ("a", "1")].into_iter().collect();
+            assert_eq!(map.len(), 2);
+            assert_eq!(map.get("k"), Some(value.as_str()));
+            assert_eq!(map.iter().len(), 2);
+            assert_eq!(map.iter().last(), Some(("k", value.as_str())));
+        }
+        let mut text = String::new();
+        push_length(&mut text, 64);
+        assert_eq!(text.as_bytes(), [MORE, 1]);
+        assert_eq!(
+            (length_bytes(63), length_bytes(64), length_bytes(4096)),
+            (1, 2, 3)
+        );
     }
 }

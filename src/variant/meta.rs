@@ -144,14 +144,8 @@ impl From<&OwnerReference> for OwnerRef {
 /// The metadata the caches keep of a generated object (see the module's documentation).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
-    /// `metadata.name`.
-    pub name: Option<Box<str>>,
-    /// `metadata.namespace`.
-    pub namespace: Option<Box<str>>,
-    /// `metadata.uid`.
-    pub uid: Option<Box<str>>,
-    /// `metadata.resourceVersion`.
-    pub resource_version: Option<Box<str>>,
+    /// `metadata.name`, `namespace`, `uid` and `resourceVersion`, in one allocation.
+    pub names: Names,
     /// `metadata.generation`.
     pub generation: Option<i64>,
     /// `metadata.labels`; `None` when the object has none.
@@ -160,15 +154,58 @@ pub struct Meta {
     pub owner_references: Option<Box<[OwnerRef]>>,
 }
 
+/// An object's name, namespace, uid and resourceVersion as one text: at 1000 x 5 the four as
+/// separate strings were 20,000 allocations of a few bytes each, every one a 32-byte chunk of
+/// the allocator's (plus 48 bytes of pointers) for texts of 6 to 36 bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Names {
+    text: Box<str>,
+    /// Where each of the four ends in `text`.
+    ends: [u32; 4],
+    /// Which of the four the object has (bit `i` for field `i`).
+    present: u8,
+}
+
+impl Names {
+    /// The four fields, in the order name, namespace, uid, resourceVersion.
+    pub fn new(fields: [Option<&str>; 4]) -> Names {
+        let len = fields.iter().flatten().map(|f| f.len()).sum();
+        let mut text = String::with_capacity(len);
+        let (mut ends, mut present) = ([0; 4], 0);
+        for (i, field) in fields.iter().enumerate() {
+            if let Some(f) = field {
+                text.push_str(f);
+                present |= 1 << i;
+            }
+            // Offsets fit: metadata texts are bounded far below 4 GiB by the API server.
+            ends[i] = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        }
+        Names {
+            text: text.into_boxed_str(),
+            ends,
+            present,
+        }
+    }
+
+    fn field(&self, i: usize) -> Option<&str> {
+        if self.present & (1 << i) == 0 {
+            return None;
+        }
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.text.get(start..self.ends[i] as usize)
+    }
+}
+
 impl Meta {
     /// The fields kept of `meta`.
     pub fn of(meta: &ObjectMeta) -> Meta {
-        let text = |s: &Option<String>| s.as_deref().map(Box::from);
         Meta {
-            name: text(&meta.name),
-            namespace: text(&meta.namespace),
-            uid: text(&meta.uid),
-            resource_version: text(&meta.resource_version),
+            names: Names::new([
+                meta.name.as_deref(),
+                meta.namespace.as_deref(),
+                meta.uid.as_deref(),
+                meta.resource_version.as_deref(),
+            ]),
             generation: meta.generation,
             labels: meta.labels.as_ref().map(StrMap::from),
             owner_references: meta
@@ -181,15 +218,15 @@ impl Meta {
     /// The metadata as a JSON object, as the API server writes what is kept of it.
     pub fn to_json(&self) -> Map<String, Value> {
         let mut m = Map::new();
-        let mut text = |key: &str, value: &Option<Box<str>>| {
+        let mut text = |key: &str, value: Option<&str>| {
             if let Some(v) = value {
-                m.insert(key.into(), Value::from(&**v));
+                m.insert(key.into(), Value::from(v));
             }
         };
-        text("name", &self.name);
-        text("namespace", &self.namespace);
-        text("uid", &self.uid);
-        text("resourceVersion", &self.resource_version);
+        text("name", self.name());
+        text("namespace", self.namespace());
+        text("uid", self.uid());
+        text("resourceVersion", self.resource_version());
         if let Some(g) = self.generation {
             m.insert("generation".into(), g.into());
         }
@@ -206,7 +243,18 @@ impl Meta {
 }
 
 impl MetaView for Meta {
-    optional_fields!(name, namespace, uid, resource_version);
+    fn name(&self) -> Option<&str> {
+        self.names.field(0)
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.names.field(1)
+    }
+    fn uid(&self) -> Option<&str> {
+        self.names.field(2)
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.names.field(3)
+    }
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key)
     }
@@ -317,5 +365,14 @@ mod tests {
         let none: ObjectMeta = serde_json::from_value(written).unwrap_or_default();
         assert_eq!(Meta::of(&none).controller(), None);
         assert_eq!(Meta::default().to_json(), Map::new());
+    }
+
+    // An absent field stays absent beside an empty one, and each reads back as it was
+    #[test]
+    fn names_keep_each_field_apart() {
+        let names = Names::new([Some("web-a"), None, Some(""), Some("42")]);
+        let got: Vec<_> = (0..4).map(|i| names.field(i)).collect();
+        assert_eq!(got, [Some("web-a"), None, Some(""), Some("42")]);
+        assert_eq!(Names::default().field(0), None);
     }
 }

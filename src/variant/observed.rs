@@ -23,7 +23,7 @@ use serde::{
 };
 use serde_json::{Value, json};
 
-use super::meta::{HasMeta, Meta, MetaView, kube_type};
+use super::meta::{HasMeta, Meta, MetaView, Names, kube_type};
 use super::owner::FIELD_MANAGER;
 use crate::crd::{PackedJson, StrMap, compact::CompactText};
 
@@ -256,10 +256,12 @@ fn decode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DeploymentWire, 
         annotations
     });
     let metadata = Meta {
-        name: wire.name.as_deref().map(Box::from),
-        namespace: wire.namespace.as_deref().map(Box::from),
-        uid: wire.uid.as_deref().map(Box::from),
-        resource_version: wire.resource_version.as_deref().map(Box::from),
+        names: Names::new([
+            wire.name.as_deref(),
+            wire.namespace.as_deref(),
+            wire.uid.as_deref(),
+            wire.resource_version.as_deref(),
+        ]),
         generation: wire.generation,
         labels: wire.labels,
         owner_references: wire

@@ -415,7 +415,7 @@ fn created_entry_is_the_operators_update_entry() {
     let null: ObservedDeployment =
         serde_json::from_value(json!({"metadata": {"name": "x", "managedFields": null}}))
             .unwrap_or_default();
-    assert_eq!(null.metadata.name.as_deref(), Some("x"));
+    assert_eq!(null.metadata.name(), Some("x"));
 }
 
 /// The hand-over patch is guarded by the resourceVersion and the entry, and turns the entry

@@ -481,9 +481,9 @@ fn status_says_how_to_reach_the_service() {
     assert_eq!(balanced.ports[0].node_port, None);
 
     let mut lily = variant_status("lilygo47", VariantState::Ready, 1);
-    lily.service = Some(status);
+    lily.service = Some(Box::new(status));
     let mut radxa = variant_status("radxa-8-hd", VariantState::Ready, 1);
-    radxa.service = Some(balanced);
+    radxa.service = Some(Box::new(balanced));
     let none = variant_status("plain", VariantState::Ready, 1);
     assert_eq!(
         services_column(&[lily, none, radxa]),
