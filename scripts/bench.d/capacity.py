@@ -4,7 +4,10 @@ compressed 60 times, CAPACITY_MINUTES of steady phase each, with the release bin
 starts a control plane of its own (MUTANTOPS_CLUSTER_DIR .cluster-capacity, stopped and wiped
 after it) before the bench's own cluster is up, so nothing else of the bench shares the 2
 cores. The fleet's figures (its JSON) are kept as they are; the targets judge the largest run:
-no answer 5xx, poll p99, the operator's writes per device-hour and its RSS."""
+no answer 5xx, poll p99, the operator's writes per device-hour and its RSS. The largest run is
+then repeated once with kine on SQLite behind the API server (k3s's default datastore:
+MUTANTOPS_DATASTORE=kine; MUTANTOPS_BENCH_CAPACITY_KINE=0 skips it), reported with the writes
+kine absorbed per second and whether any request timed out; no target judges it."""
 
 import json
 import os
@@ -34,26 +37,35 @@ def measure(b):
     if not b.DO_CAPACITY or not boards(b):
         log("capacity run skipped")
         return
-    env = dict(os.environ, MUTANTOPS_CLUSTER_DIR=str(CLUSTER_DIR))
+    env = dict(os.environ, MUTANTOPS_CLUSTER_DIR=str(CLUSTER_DIR), MUTANTOPS_DATASTORE="etcd")
     for n in boards(b):
-        step(f"capacity: scripts/fleet --boards {n} --minutes {CAPACITY_MINUTES} (a control plane of its own in "
-             f"{CLUSTER_DIR.name})")
-        out, log_path = b.path(f"capacity-{n}.json"), b.path(f"capacity-{n}.log")
-        with open(log_path, "w") as f:
-            p = subprocess.run([str(REPO / "scripts/fleet"), "--boards", str(n), "--minutes", str(CAPACITY_MINUTES),
-                                "--binary", str(BIN), "--json", str(out)], cwd=REPO, env=env, stdout=f,
-                               stderr=subprocess.STDOUT)
-        if p.returncode or not out.is_file():
-            # Shown as a failed run, not the end of the bench: the other figures stand.
-            tail(log_path, 30)
-            log(f"scripts/fleet --boards {n} failed (exit {p.returncode}): see {log_path}")
-            R["capacity"].append({"boards": n, "failed": f"exit {p.returncode}"})
-            continue
-        f = json.loads(out.read_text())
-        R["capacity"].append(summary(f))
-        c = R["capacity"][-1]
-        log(f"{n} boards: polls {c['polls']} ({c['codes']}), p99 {c['p99']} ms, writes/device-hour "
-            f"{c['writes']}, operator RSS {c['rss_hwm']} / {c['rss']} MiB")
+        run(b, n, env, "")
+    if os.environ.get("MUTANTOPS_BENCH_CAPACITY_KINE", "1") != "0":
+        run(b, max(boards(b)), dict(env, MUTANTOPS_DATASTORE="kine"), "-kine")
+
+
+def run(b, n, env, suffix):
+    """One fleet run of n boards on the datastore of `env`, its figures kept in R["capacity"]."""
+    R = b.R
+    store = env["MUTANTOPS_DATASTORE"]
+    step(f"capacity: scripts/fleet --boards {n} --minutes {CAPACITY_MINUTES} (a control plane of its own in "
+         f"{CLUSTER_DIR.name}, on {store})")
+    out, log_path = b.path(f"capacity-{n}{suffix}.json"), b.path(f"capacity-{n}{suffix}.log")
+    with open(log_path, "w") as f:
+        p = subprocess.run([str(REPO / "scripts/fleet"), "--boards", str(n), "--minutes", str(CAPACITY_MINUTES),
+                            "--binary", str(BIN), "--json", str(out)], cwd=REPO, env=env, stdout=f,
+                           stderr=subprocess.STDOUT)
+    if p.returncode or not out.is_file():
+        # Shown as a failed run, not the end of the bench: the other figures stand.
+        tail(log_path, 30)
+        log(f"scripts/fleet --boards {n} on {store} failed (exit {p.returncode}): see {log_path}")
+        R["capacity"].append({"boards": n, "datastore": store, "failed": f"exit {p.returncode}"})
+        return
+    f = json.loads(out.read_text())
+    R["capacity"].append(summary(f))
+    c = R["capacity"][-1]
+    log(f"{n} boards on {store}: polls {c['polls']} ({c['codes']}), p99 {c['p99']} ms, writes/device-hour "
+        f"{c['writes']}, operator RSS {c['rss_hwm']} / {c['rss']} MiB{c['kine'] and '; ' + c['kine']}")
 
 
 def summary(f):
@@ -79,7 +91,20 @@ def summary(f):
         "apiserver_rss": mib(f["apiserver_rss_kib"] or 0),
         "simulated_hours": f"{f['simulated_hours']:g}", "compress": f"{f['compress']:g}",
         "screens": bool(f["screens"]),
+        "datastore": f.get("datastore", "etcd"), "kine": kine_text(f.get("kine"), f),
     }
+
+
+def kine_text(k, f):
+    """What kine absorbed, and whether anything timed out (a board's request without an
+    answer, a failed statement, a statement kine logged as slow)."""
+    if not k:
+        return ""
+    timeouts = sum(v for key, v in f["errors"].items() if key.split(":")[0].split(" ")[-1] == "0")
+    p99 = "-" if k["insert_p99_s"] is None else f"{k['insert_p99_s'] * 1000:g} ms"
+    return (f"kine absorbed {k['inserts']} writes ({k['inserts_per_s']:.1f}/s, insert p99 ≤ {p99}); "
+            f"{timeouts} board requests without an answer, {sum(k['failed'].values()):g} statements failed, "
+            f"{k['slow_sql_logged']} logged as slow (> 1 s)")
 
 
 def fmt(x):
@@ -93,13 +118,15 @@ def rows(b):
         return
     largest = max(c["boards"] for c in runs)
     for c in runs:
-        judged = c["boards"] == largest
+        on_kine = c.get("datastore") == "kine"
+        judged = c["boards"] == largest and not on_kine
         if c.get("failed"):
-            yield row(f"capacity, {c['boards']} boards: scripts/fleet failed ({c['failed']}; its log in the run "
-                      "directory)", "-", "a run" if judged else "-", "MISSED" if judged else "-")
+            yield row(f"capacity, {c['boards']} boards on {c.get('datastore', 'etcd')}: scripts/fleet failed "
+                      f"({c['failed']}; its log in the run directory)", "-", "a run" if judged else "-",
+                      "MISSED" if judged else "-")
             continue
         what = (f"capacity, {c['boards']} boards ({c['mutations']} Mutations x {c['variants']} variants, 15m polls "
-                f"compressed {c['compress']}x, {c['simulated_hours']} h simulated)")
+                f"compressed {c['compress']}x, {c['simulated_hours']} h simulated{', kine/SQLite' if on_kine else ''})")
         yield row(f"{what}: polls (by code); answers 5xx or none", f"{c['polls']} ({c['codes']}); {c['fivexx']}",
                   "0" if judged else "-", judge(judged, c["fivexx"] == 0))
         yield row("  ... poll p50 / p99 / max (connect to last byte, the simulator's clock)",
@@ -113,6 +140,8 @@ def rows(b):
                   judge(judged, float(c["rss_hwm"]) <= RSS_TARGET_MIB))
         yield row("  ... CPU of one core in the steady phase: API server / operator / simulator",
                   f"{c['apiserver_cpu']} % / {c['operator_cpu']} % / {c['simulator_cpu']} %", "-", "-")
+        if on_kine:
+            yield row("  ... what kine/SQLite absorbed in the steady phase", c["kine"] or "no kine figures", "-", "-")
 
 
 def judge(judged, ok):
@@ -137,5 +166,9 @@ writes per device-hour from the API server's audit log (lastSeen is written at m
 `persistEvery`, 10 minutes compressed as the interval is, and on a change of state, R40), the
 CPU of each process over the window and the operator's RSS. The targets judge the largest run.
 No renderer runs on the fake node, so the boards fetch no screens here; the screens' 304s are
-the HTTP API rows' (`screens.py`).
+the HTTP API rows' (`screens.py`). The largest run is repeated once on kine with SQLite in
+place of etcd (`MUTANTOPS_DATASTORE=kine`, as k3s runs it, with fsync on; no target judges
+it): the writes kine absorbed are its SQL inserts between the marks (every create, update
+and delete is one), their p99 from `kine_sql_time_seconds`, and a timeout is a board's request
+left without an answer, a failed statement or a statement kine logged as slow (over 1 s).
 """

@@ -121,6 +121,32 @@ build_etcd() {
   log "built etcd $ETCD_VERSION in $((SECONDS - start))s -> $ETCD_DIR/bin"
 }
 
+# build_kine: kine, only for MUTANTOPS_DATASTORE=kine (never by build_all: the test suite and
+# CI run on etcd). Its own lock: another state dir may build the rest meanwhile.
+build_kine() {
+  have_bins "$KINE_DIR" kine && return 0
+  local start tmp
+  go_env
+  trap cleanup_build_tmp EXIT
+  exec 9>"$CACHE/.build-kine.lock"
+  flock 9
+  have_bins "$KINE_DIR" kine && { exec 9>&-; return 0; }
+  start=$SECONDS
+  log "building kine $KINE_VERSION with go build; the first build takes a few minutes"
+  tmp=$(mktemp -d "$CACHE/.kine-$KINE_VERSION.tmp.XXXXXX")
+  BUILD_TMP+=("$tmp")
+  write_wrapper "$tmp/src" github.com/k3s-io/kine "$KINE_VERSION"
+  (
+    cd "$tmp/src" &&
+      go get "github.com/k3s-io/kine@$KINE_VERSION" >&2 &&
+      go build -trimpath -ldflags "-s -w" -o "$tmp/bin/kine" github.com/k3s-io/kine
+  ) || die "building kine $KINE_VERSION failed"
+  rm -rf "$tmp/src"
+  atomic_install "$tmp" "$KINE_DIR"
+  exec 9>&-
+  log "built kine $KINE_VERSION in $((SECONDS - start))s -> $KINE_DIR/bin"
+}
+
 build_kwok() {
   have_bins "$KWOK_DIR" kwok && [[ -f $KWOK_DIR/stages.yaml ]] && return 0
   local start tmp src f

@@ -158,6 +158,22 @@ start_apiserver() {
   wait_for kube-apiserver 90 "kube-apiserver /readyz" api_readyz
 }
 
+# start_kine: kine on SQLite in place of etcd, as k3s runs it (with kine's own default SQLite
+# settings, its DefaultParams: WAL, synchronous NORMAL, busy timeout 30 s, immediate
+# transactions; fsync is on, where etcd here runs with --unsafe-no-fsync), serving the etcd API on the etcd
+# port and its Prometheus metrics (kine_sql_total, kine_sql_time_seconds) on the peer port,
+# which etcd alone uses. Built without cgo, kine's SQLite is modernc's translation of the same
+# C library. Compaction is left to kube-apiserver (MUTANTOPS_ETCD_COMPACTION), as with etcd.
+KINE_SQLITE_PARAMS='_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_stmt_cache_size=20&cache=shared'
+start_kine() {
+  mkdir -p "$STATE/kine"
+  launch kine \
+    --endpoint="sqlite://$STATE/kine/state.db?$KINE_SQLITE_PARAMS" \
+    --listen-address="127.0.0.1:$ETCD_PORT" \
+    --metrics-bind-address="127.0.0.1:$ETCD_PEER_PORT"
+  wait_for kine 30 "kine metrics" curl -sf -o /dev/null "http://127.0.0.1:$ETCD_PEER_PORT/metrics"
+}
+
 start_cluster() {
   local kcfg=$KUBECONFIG_FILE
   mkdir -p "$PIDS" "$LOGS" "$STATE/run"
@@ -170,15 +186,20 @@ start_cluster() {
   gen_pki
   write_kubeconfig
 
-  launch etcd \
-    --name=mutantops --data-dir="$STATE/etcd" \
-    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
-    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster="mutantops=http://127.0.0.1:$ETCD_PEER_PORT" \
-    --unsafe-no-fsync --log-level=warn
-  wait_for etcd 30 "etcd health" http_ok "http://127.0.0.1:$ETCD_PORT/health"
+  echo "${MUTANTOPS_DATASTORE:-etcd}" >"$STATE/run/datastore"
+  if [[ $(datastore) == kine ]]; then
+    start_kine
+  else
+    launch etcd \
+      --name=mutantops --data-dir="$STATE/etcd" \
+      --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+      --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+      --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-cluster="mutantops=http://127.0.0.1:$ETCD_PEER_PORT" \
+      --unsafe-no-fsync --log-level=warn
+    wait_for etcd 30 "etcd health" http_ok "http://127.0.0.1:$ETCD_PORT/health"
+  fi
 
   # Every request at Metadata level (who, verb, object; no bodies): tests count the operator's
   # own requests from it by user agent (a steady-state reconcile must make none).

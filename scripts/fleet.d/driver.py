@@ -29,6 +29,7 @@ sys.path.append(str(HERE.parent / "bench.d"))
 
 import audit  # noqa: E402  (scripts/bench.d)
 import common  # noqa: E402
+import kine  # noqa: E402
 import main as bench  # noqa: E402
 from boards import Board, Fleet  # noqa: E402
 from common import die, log, step  # noqa: E402
@@ -272,6 +273,8 @@ def figures(b, args, fleet, booted, polled, at):
         "apiserver_rss_kib": at["end"]["apiserver_status"].get("VmRSS"),
         "without_token": sum(1 for board in fleet.boards if board.token is None),
         "errors": dict(errors), "refusals": dict(refusals),
+        "datastore": "kine" if kine.on_kine(b.cluster_dir) else "etcd",
+        "kine": kine.figures(b.cluster_dir, at["start"]["kine"], at["end"]["kine"], t1 - t0),
     }
     return f
 
@@ -305,7 +308,16 @@ def line(f, args):
             f"before the boards; RSS {f['apiserver_rss_kib'] / 1024:.0f} MiB), operator CPU {f['operator_cpu_s']:.1f} s, "
             f"simulator CPU {f['simulator_cpu_s']:.1f} s of {f['window_s']:.0f} s; "
             f"operator RSS peak {f['operator_hwm_kib'] / 1024:.1f} MiB, settled {f['operator_rss_kib'] / 1024:.1f} MiB "
-            f"({f['operator_rss_start_kib'] / 1024:.1f} MiB at the steady phase's start)")
+            f"({f['operator_rss_start_kib'] / 1024:.1f} MiB at the steady phase's start)"
+            + kine_text(f.get("kine")))
+
+
+def kine_text(k):
+    if not k:
+        return ""
+    p99 = "-" if k["insert_p99_s"] is None else f"{k['insert_p99_s'] * 1000:g} ms"
+    return (f"; kine/SQLite absorbed {k['inserts']} writes ({k['inserts_per_s']:.1f}/s, insert p99 <= {p99}), "
+            f"{sum(k['failed'].values()):g} statements failed, {k['slow_sql_logged']} slow statements logged")
 
 
 def run(b, args):
@@ -348,7 +360,8 @@ def run(b, args):
     def marks(name):
         at[name] = {"t": time.time(), "audit": b.audit_mark(), "apiserver": cpu_seconds(api_pid),
                     "operator": cpu_seconds(b.operator_pid()), "own": own_cpu(),
-                    "status": common.proc_status(b.operator_pid()), "apiserver_status": common.proc_status(api_pid)}
+                    "status": common.proc_status(b.operator_pid()), "apiserver_status": common.proc_status(api_pid),
+                    "kine": kine.scrape(b.cluster_dir)}
 
     started = time.monotonic()
     booted, polled = asyncio.run(drive(b, args, fleet, boards, marks))
