@@ -15,12 +15,12 @@
 //!
 //! The rooms, lowest first: `batch` (the engine), `targets` (what it edits, and the bounds).
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::json;
 
@@ -28,7 +28,7 @@ use crate::{
     cache::Caches,
     crd::{DeviceStatus, Mutation, OwnerResource, OwnerStatus, Variant},
     http::{ApiError, overdue},
-    variant::{self, Owner, devices::Registry},
+    variant::{self, KIND_LABEL, OWNER_LABEL, Owner, devices::Registry},
 };
 
 mod batch;
@@ -36,7 +36,7 @@ mod targets;
 
 use batch::Batches;
 use batch::Target;
-pub use targets::{API_MANAGER, DEVICES_MANAGER, Devices, owned_metadata};
+pub use targets::{API_MANAGER, DEVICES_MANAGER, Devices};
 use targets::{DevicesSecret, Listed, OfMutation, Variants};
 
 /// 64 lower-case hex characters from 32 bytes of the OS random source.
@@ -389,5 +389,25 @@ impl Store {
         api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
             .await?;
         Ok(())
+    }
+}
+/// The metadata of a Secret the operator keeps for `owner`: labelled so the operator watches
+/// only its own Secrets, controlled by the owner so garbage collection deletes it with it. The
+/// token's Secret and the devices Secret both have it.
+pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
+    let labels = BTreeMap::from([
+        (OWNER_LABEL.to_string(), owner.name.clone()),
+        (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "mutantops".to_string(),
+        ),
+    ]);
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(owner.namespace.clone()),
+        labels: Some(labels),
+        owner_references: Some(vec![owner.owner_reference()]),
+        ..ObjectMeta::default()
     }
 }

@@ -1,8 +1,5 @@
 //! The objects the store edits in batches: a Mutation's variants (R22), its device list (R40)
-//! and its devices Secret (R39); the size bound every write of a Mutation is held to; the
-//! metadata of the Secrets the operator keeps for an owner.
-
-use std::collections::BTreeMap;
+//! and its devices Secret (R39); the size bound every write of a Mutation is held to.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -14,10 +11,10 @@ use serde_json::json;
 use super::batch::Target;
 use crate::cache::Caches;
 use crate::{
-    crd::{DeviceStatus, Mutation, Variant, devices::MAX_DEVICES},
+    crd::{DeviceStatus, DeviceSummary, Mutation, Variant, devices::MAX_DEVICES},
     http::ApiError,
     variant::{
-        KIND_LABEL, OWNER_LABEL, Owner, check_variant_count,
+        Owner, check_variant_count,
         devices::{Registry, devices_secret_name, summary},
         is_controlled_by,
     },
@@ -360,7 +357,7 @@ impl Target for DevicesSecret {
                         annotations: Some(
                             [("mutantops.neiam.org/contents".into(), contents.into())].into(),
                         ),
-                        ..owned_metadata(&self.owner, &self.name)
+                        ..super::owned_metadata(&self.owner, &self.name)
                     },
                     type_: Some("Opaque".to_owned()),
                     data,
@@ -415,32 +412,36 @@ async fn patch_listed(
         field_manager: Some(DEVICES_MANAGER.into()),
         ..PatchParams::default()
     };
-    let patch = json!({
-        "metadata": { "resourceVersion": resource_version },
-        "status": { "devices": devices, "deviceSummary": summary(devices) },
-    });
+    let patch = ListPatch {
+        metadata: Guard { resource_version },
+        status: ListStatus {
+            devices,
+            device_summary: summary(devices),
+        },
+    };
     api.patch_status(name, &params, &Patch::Merge(&patch)).await
 }
 
-/// The metadata of a Secret the operator keeps for `owner`: labelled so the operator watches
-/// only its own Secrets, controlled by the owner so garbage collection deletes it with it. The
-/// token's Secret and the devices Secret both have it.
-pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
-    let labels = BTreeMap::from([
-        (OWNER_LABEL.to_string(), owner.name.clone()),
-        (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "mutantops".to_string(),
-        ),
-    ]);
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: Some(owner.namespace.clone()),
-        labels: Some(labels),
-        owner_references: Some(vec![owner.owner_reference()]),
-        ..ObjectMeta::default()
-    }
+/// The merge patch of a device list, written straight from the list: through `json!` each of
+/// up to 500 devices became a map of its own first (a few MiB at once while a fleet enrolls).
+#[derive(Debug, serde::Serialize)]
+struct ListPatch<'a> {
+    metadata: Guard<'a>,
+    status: ListStatus<'a>,
+}
+
+/// The resourceVersion a patch is guarded by (`null`: none).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Guard<'a> {
+    resource_version: Option<&'a str>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListStatus<'a> {
+    devices: &'a [DeviceStatus],
+    device_summary: DeviceSummary,
 }
 
 #[cfg(test)]
