@@ -15,12 +15,12 @@
 //!
 //! The rooms, lowest first: `batch` (the engine), `targets` (what it edits, and the bounds).
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
-    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::json;
 
@@ -28,7 +28,7 @@ use crate::{
     cache::Caches,
     crd::{DeviceStatus, Mutation, OwnerResource, OwnerStatus, Variant},
     http::{ApiError, overdue},
-    variant::{self, KIND_LABEL, OWNER_LABEL, Owner, devices::Registry},
+    variant::{self, Owner, devices::Registry},
 };
 
 mod batch;
@@ -301,7 +301,7 @@ impl Store {
         use variant::screen::{ETAG_ANNOTATION, SCREEN_KEY, TYPE_ANNOTATION, screen_secret_name};
         let name = screen_secret_name(&owner.name, label);
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
-        let mut metadata = owned_metadata(owner, &name);
+        let mut metadata = owner.owned_metadata(&name);
         if let Some(labels) = metadata.labels.as_mut() {
             labels.insert(variant::VARIANT_LABEL.to_string(), label.to_string());
         }
@@ -389,25 +389,5 @@ impl Store {
         api.patch_status(&owner.name, &params, &Patch::Apply(&patch))
             .await?;
         Ok(())
-    }
-}
-/// The metadata of a Secret the operator keeps for `owner`: labelled so the operator watches
-/// only its own Secrets, controlled by the owner so garbage collection deletes it with it. The
-/// token's Secret and the devices Secret both have it.
-pub fn owned_metadata(owner: &Owner, name: &str) -> ObjectMeta {
-    let labels = BTreeMap::from([
-        (OWNER_LABEL.to_string(), owner.name.clone()),
-        (KIND_LABEL.to_string(), owner.kind.label_value().to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "mutantops".to_string(),
-        ),
-    ]);
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: Some(owner.namespace.clone()),
-        labels: Some(labels),
-        owner_references: Some(vec![owner.owner_reference()]),
-        ..ObjectMeta::default()
     }
 }

@@ -57,11 +57,11 @@ pub async fn ensure(ctx: &Context, owner: &Owner) -> Result<SecretState> {
     Ok(SecretState::Foreign)
 }
 
-/// The Secret object: [`owned_metadata`], immutable so not even the operator can rewrite the
+/// The Secret object: [`Owner::owned_metadata`], immutable so not even the operator can rewrite the
 /// token.
 fn new_secret(owner: &Owner, name: &str) -> Result<Secret> {
     Ok(Secret {
-        metadata: crate::store::owned_metadata(owner, name),
+        metadata: owner.owned_metadata(name),
         type_: Some("Opaque".to_string()),
         immutable: Some(true),
         data: Some(BTreeMap::from([(

@@ -357,7 +357,7 @@ impl Target for DevicesSecret {
                         annotations: Some(
                             [("mutantops.neiam.org/contents".into(), contents.into())].into(),
                         ),
-                        ..super::owned_metadata(&self.owner, &self.name)
+                        ..self.owner.owned_metadata(&self.name)
                     },
                     type_: Some("Opaque".to_owned()),
                     data,

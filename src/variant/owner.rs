@@ -1,7 +1,7 @@
 //! The owner of generated objects, the labels and annotations that mark them as the
 //! operator's, and the checks of whose an object is (R4, R6, R9).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::meta::MetaView;
 
@@ -92,6 +92,27 @@ impl Owner {
             uid: self.uid.clone(),
             controller: Some(true),
             block_owner_deletion: Some(true),
+        }
+    }
+
+    /// The metadata of a Secret the operator keeps for this owner (its token's, its devices'):
+    /// labelled so the operator watches only its own Secrets, controlled by the owner so
+    /// garbage collection deletes it with it.
+    pub fn owned_metadata(&self, name: &str) -> ObjectMeta {
+        let labels = std::collections::BTreeMap::from([
+            (OWNER_LABEL.to_string(), self.name.clone()),
+            (KIND_LABEL.to_string(), self.kind.label_value().to_string()),
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "mutantops".to_string(),
+            ),
+        ]);
+        ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![self.owner_reference()]),
+            ..ObjectMeta::default()
         }
     }
 

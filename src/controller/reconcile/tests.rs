@@ -294,7 +294,7 @@ fn written(asked: &Requests, line: &str) -> OwnerStatus {
 /// A Secret of the Mutation's, named `name`, with `data`.
 fn secret(name: &str, data: BTreeMap<String, ByteString>) -> Secret {
     Secret {
-        metadata: crate::store::owned_metadata(&owner(), name),
+        metadata: owner().owned_metadata(name),
         data: Some(data),
         ..Secret::default()
     }
