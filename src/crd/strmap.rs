@@ -299,7 +299,7 @@ mod tests {
         assert!(serde_json::from_value::<StrMap>(json!(["a"])).is_err());
     }
 
-    // Lengths of every size read back: one byte below 64, more from there on
+    // R1, R4: lengths of every size read back (one byte below 64, more from there on)
     #[test]
     fn long_parts_keep_their_lengths() {
         for n in [0, 1, 63, 64, 65, 4095, 4096, 300_000] {

@@ -367,7 +367,7 @@ mod tests {
         assert_eq!(Meta::default().to_json(), Map::new());
     }
 
-    // An absent field stays absent beside an empty one, and each reads back as it was
+    // R6, R9, R12: an absent field stays absent beside an empty one, and each reads back as it was
     #[test]
     fn names_keep_each_field_apart() {
         let names = Names::new([Some("web-a"), None, Some(""), Some("42")]);
