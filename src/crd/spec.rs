@@ -359,7 +359,6 @@ pub struct VariantStatus {
     pub ready_replicas: i32,
     /// The variant's Service and how to reach it, when the owner asks for Services and it
     /// exists.
-    // Boxed: 144 bytes in every variant's status of every cached owner, most without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<Box<VariantService>>,
     /// Whether it sleeps now and why (Mutations with spec.devices.sleep).
