@@ -2,6 +2,7 @@
 //! (R24, R33, R35): what Pod Security lets the namespace run, and a dry run of each variant's
 //! Deployment.
 
+use futures::StreamExt;
 use kube::Api;
 
 use super::{error::ApiError, state::ApiState};
@@ -16,6 +17,9 @@ use crate::{
 
 /// The label of the variant whose Deployment stands for the base alone in a dry run.
 const BASE_PROBE: &str = "base";
+
+/// How many variants are checked with the API server at once.
+const CHECKS_AT_ONCE: usize = 8;
 
 /// Asks the API server, without writing anything, whether it would accept the Deployment of
 /// each of `variants` (a dry-run create with strict field validation, answered by code), and
@@ -68,57 +72,81 @@ pub async fn check_with_server(
             ));
         }
     }
-    for (variant, object) in variants.iter().zip(&built) {
-        let name = deployment_name(base.name(), &variant.label);
-        let taken = |meta: &dyn MetaView| {
-            foreign(meta, owner).filter(|f| !f.passing).map(|f| {
-                ApiError::conflict(format!(
-                    "variant {:?}: Deployment {name:?} already exists and {}; it is not \
-                         this Mutation's and is left alone: choose another label",
-                    variant.label, f.by
-                ))
-            })
-        };
-        for kind in [OwnerKind::Mutation, OwnerKind::MutantDeployment] {
-            if let Some(cached) = state.caches.deployments(kind).get(&owner.namespace, &name)
-                && let Some(conflict) = taken(&cached.metadata)
+    // Each variant's checks are requests of their own: a few at a time, so that a create of
+    // a hundred variants is answered within the request deadline (R34); the answer is the
+    // first refusal in the order of the variants, as when they ran one by one.
+    // Collected first: a lazy map's closure would not be general enough for a Send future.
+    let checks: Vec<_> = variants
+        .iter()
+        .zip(&built)
+        .map(|(variant, object)| check_variant(state, owner, base, variant, object, service))
+        .collect();
+    let mut checks = futures::stream::iter(checks).buffered(CHECKS_AT_ONCE);
+    while let Some(checked) = checks.next().await {
+        checked?;
+    }
+    Ok(())
+}
+
+/// The checks of one variant's Deployment (`object`) and, with `service`, its Service: a name
+/// taken by someone else's Deployment (from the caches, else the dry run), the size bound,
+/// the API server's dry runs (R9, R24, R32, R35).
+async fn check_variant(
+    state: &ApiState,
+    owner: &Owner,
+    base: &Base,
+    variant: &Variant,
+    object: &serde_json::Value,
+    service: Option<&ServiceSpec>,
+) -> Result<(), ApiError> {
+    let name = deployment_name(base.name(), &variant.label);
+    let taken = |meta: &dyn MetaView| {
+        foreign(meta, owner).filter(|f| !f.passing).map(|f| {
+            ApiError::conflict(format!(
+                "variant {:?}: Deployment {name:?} already exists and {}; it is not \
+                     this Mutation's and is left alone: choose another label",
+                variant.label, f.by
+            ))
+        })
+    };
+    for kind in [OwnerKind::Mutation, OwnerKind::MutantDeployment] {
+        if let Some(cached) = state.caches.deployments(kind).get(&owner.namespace, &name)
+            && let Some(conflict) = taken(&cached.metadata)
+        {
+            return Err(conflict);
+        }
+    }
+    let bytes = serde_json::to_vec(object).map_or(0, |b| b.len());
+    if bytes > MAX_OBJECT_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "variant {:?}: its Deployment would be {bytes} bytes of JSON, more than the \
+             {MAX_OBJECT_BYTES} the operator writes (the API server's storage refuses about \
+             1.5 MiB); its env is copied into each of the base's containers, so send less",
+            variant.label
+        )));
+    }
+    match dry_run(&state.client, &owner.namespace, object).await {
+        DryRun::Refused { code, message, .. } => {
+            return Err(refused(&variant.label, "", code, &message));
+        }
+        DryRun::Taken => {
+            let api: Api<DeploymentWire> = Api::namespaced(state.client.clone(), &owner.namespace);
+            if let Ok(Some(existing)) = api.get_metadata_opt(&name).await
+                && let Some(conflict) = taken(&existing.metadata)
             {
                 return Err(conflict);
             }
         }
-        let bytes = serde_json::to_vec(object).map_or(0, |b| b.len());
-        if bytes > MAX_OBJECT_BYTES {
-            return Err(ApiError::bad_request(format!(
-                "variant {:?}: its Deployment would be {bytes} bytes of JSON, more than the \
-                 {MAX_OBJECT_BYTES} the operator writes (the API server's storage refuses about \
-                 1.5 MiB); its env is copied into each of the base's containers, so send less",
-                variant.label
-            )));
-        }
-        match dry_run(&state.client, &owner.namespace, object).await {
-            DryRun::Refused { code, message, .. } => {
-                return Err(refused(&variant.label, "", code, &message));
-            }
-            DryRun::Taken => {
-                let api: Api<DeploymentWire> =
-                    Api::namespaced(state.client.clone(), &owner.namespace);
-                if let Ok(Some(existing)) = api.get_metadata_opt(&name).await
-                    && let Some(conflict) = taken(&existing.metadata)
-                {
-                    return Err(conflict);
-                }
-            }
-            DryRun::Accepted | DryRun::Unknown => {}
-        }
-        if let Some(spec) = service
-            && variant.service != Some(false)
-        {
-            let object = build_service(base, owner, &variant.label, spec)
-                .map_err(|e| ApiError::bad_request(format!("variant {:?}: {e}", variant.label)))?;
-            let dry = dry_run_of::<ObservedService>(&state.client, &owner.namespace, &object);
-            if let DryRun::Refused { code, message, .. } = dry.await {
-                return Err(refused(&variant.label, "its Service ", code, &message));
-            }
+        DryRun::Accepted | DryRun::Unknown => {}
+    }
+    if let Some(spec) = service
+        && variant.service != Some(false)
+    {
+        let object = build_service(base, owner, &variant.label, spec)
+            .map_err(|e| ApiError::bad_request(format!("variant {:?}: {e}", variant.label)))?;
+        let dry = dry_run_of::<ObservedService>(&state.client, &owner.namespace, &object);
+        if let DryRun::Refused { code, message, .. } = dry.await {
+            return Err(refused(&variant.label, "its Service ", code, &message));
         }
     }
     Ok(())
