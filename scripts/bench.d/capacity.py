@@ -12,8 +12,13 @@ kine absorbed per second and whether any request timed out; no target judges it.
 import json
 import os
 import subprocess
+import sys
 
 from common import BIN, REPO, log, row, step, tail
+
+# What kine absorbed is written as scripts/fleet writes it.
+sys.path.insert(0, str(REPO / "scripts/fleet.d"))
+import kine  # noqa: E402
 
 CAPACITY_MINUTES = 2
 CLUSTER_DIR = REPO / ".cluster-capacity"
@@ -98,13 +103,8 @@ def summary(f):
 def kine_text(k, f):
     """What kine absorbed, and whether anything timed out (a board's request without an
     answer, a failed statement, a statement kine logged as slow)."""
-    if not k:
-        return ""
     timeouts = sum(v for key, v in f["errors"].items() if key.split(":")[0].split(" ")[-1] == "0")
-    p99 = "-" if k["insert_p99_s"] is None else f"{k['insert_p99_s'] * 1000:g} ms"
-    return (f"kine absorbed {k['inserts']} writes ({k['inserts_per_s']:.1f}/s, insert p99 ≤ {p99}); "
-            f"{timeouts} board requests without an answer, {sum(k['failed'].values()):g} statements failed, "
-            f"{k['slow_sql_logged']} logged as slow (> 1 s)")
+    return kine.text(k, timeouts)
 
 
 def fmt(x):

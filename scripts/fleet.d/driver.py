@@ -309,15 +309,7 @@ def line(f, args):
             f"simulator CPU {f['simulator_cpu_s']:.1f} s of {f['window_s']:.0f} s; "
             f"operator RSS peak {f['operator_hwm_kib'] / 1024:.1f} MiB, settled {f['operator_rss_kib'] / 1024:.1f} MiB "
             f"({f['operator_rss_start_kib'] / 1024:.1f} MiB at the steady phase's start)"
-            + kine_text(f.get("kine")))
-
-
-def kine_text(k):
-    if not k:
-        return ""
-    p99 = "-" if k["insert_p99_s"] is None else f"{k['insert_p99_s'] * 1000:g} ms"
-    return (f"; kine/SQLite absorbed {k['inserts']} writes ({k['inserts_per_s']:.1f}/s, insert p99 <= {p99}), "
-            f"{sum(k['failed'].values()):g} statements failed, {k['slow_sql_logged']} slow statements logged")
+            + (f"; {kine.text(f['kine'])}" if f.get("kine") else ""))
 
 
 def run(b, args):

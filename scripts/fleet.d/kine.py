@@ -70,3 +70,16 @@ def figures(cluster_dir, start, end, window_s):
     return {"inserts": int(inserts), "inserts_per_s": inserts / (window_s or 1),
             "insert_p99_s": p99, "failed": failed, "slow_sql_logged": len(slow),
             "statements": int(sum(delta.values()))}
+
+
+def text(k, unanswered=None):
+    """One line of what kine absorbed (`figures`), and whether anything timed out: a failed
+    statement, a statement kine logged as slow, and (when given) the boards' requests left
+    without an answer. Empty without kine figures."""
+    if not k:
+        return ""
+    p99 = "-" if k["insert_p99_s"] is None else f"{k['insert_p99_s'] * 1000:g} ms"
+    waited = "" if unanswered is None else f"{unanswered} board requests without an answer, "
+    return (f"kine/SQLite absorbed {k['inserts']} writes ({k['inserts_per_s']:.1f}/s, insert p99 <= {p99}); "
+            f"{waited}{sum(k['failed'].values()):g} statements failed, "
+            f"{k['slow_sql_logged']} logged as slow (> 1 s)")
