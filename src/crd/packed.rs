@@ -138,9 +138,16 @@ fn token(i: usize) -> u8 {
     TOKENS.get(i).copied().unwrap_or(ESCAPE)
 }
 
-/// The phrase byte `b` names, if it names one.
+/// The phrase byte `b` names, if it names one: [`TOKENS`] by ranges, so that a byte of text
+/// (every byte of an unpacked text passes here) costs a comparison or two.
 fn phrase_of(b: u8) -> Option<&'static str> {
-    let i = TOKENS.iter().position(|&t| t == b)?;
+    let i = match b {
+        0x01..=0x1e => usize::from(b) - 1,
+        0x7f => 30,
+        0xc0 | 0xc1 => usize::from(b - 0xc0) + 31,
+        0xf5..=0xff => usize::from(b - 0xf5) + 33,
+        _ => return None,
+    };
     PHRASES.get(i).copied()
 }
 
@@ -184,10 +191,17 @@ mod tests {
                 assert!(needs_escape(b) || !TOKENS.contains(&b), "{c:?}");
             }
         }
-        // every phrase has a byte of its own, and that byte names it
+        // every phrase has a byte of its own, and that byte names it; no other byte does
         for (i, phrase) in PHRASES.iter().enumerate() {
             assert_eq!(phrase_of(token(i)), Some(*phrase));
             assert_eq!(PackedJson::pack(phrase).packed_len(), 1);
+        }
+        for b in 0..=u8::MAX {
+            let named = TOKENS
+                .iter()
+                .position(|&t| t == b)
+                .and_then(|i| PHRASES.get(i));
+            assert_eq!(phrase_of(b), named.copied(), "{b:#x}");
         }
     }
 }
