@@ -294,7 +294,8 @@ where
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(server = name, peer = %peer, error = %err, "cannot set TCP_NODELAY");
         }
-        let stream = deadline::WriteDeadline::new(stream, config.write_timeout);
+        let leave = conns::Leave(open.clone(), id, slot.clone());
+        let stream = deadline::WriteDeadline::new(stream, config.write_timeout, leave);
 
         let handler = handler.clone();
         let in_flight = slot.clone();
@@ -318,13 +319,11 @@ where
                 Ok::<_, Infallible>(response)
             }
         });
-        let leave = conns::Leave(open.clone(), id, slot.clone());
         let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
         let handshake_timeout = config.header_read_timeout;
         let span = tracing::debug_span!("conn", server = name, peer = %peer);
         connections.spawn(
             async move {
-                let _leave = leave;
                 tracing::debug!("accepted");
                 let serving = async move {
                     match acceptor {

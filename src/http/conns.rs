@@ -303,8 +303,8 @@ pub fn share_of(max: usize) -> usize {
     (max / 4).max(1)
 }
 
-/// Frees a connection's slot when its task ends, however it ends (after its socket is
-/// closed: declared after it in the task), and tells whoever waits for that.
+/// Frees a connection's slot when the connection is shut down or its stream dropped, however
+/// it ends (held by the stream: `deadline.rs`), and tells whoever waits for that.
 pub(super) struct Leave(pub(super) Arc<Open>, pub(super) u64, pub(super) Arc<Slot>);
 
 impl Drop for Leave {

@@ -3,6 +3,12 @@
 //! [`ServerConfig::write_timeout`](super::ServerConfig::write_timeout) of the socket backing up
 //! is disconnected, so a slow reader holds a connection, its buffers and its answer's
 //! reservation only that long.
+//!
+//! It also holds a guard, the connection's slot (`conns::Leave`), and drops it when the
+//! connection is shut down, before the client can see it closed (R34, R44): a client that reads its answer to
+//! the end and opens its next connection at once is never counted as holding both, however
+//! late the closed connection's task ends. Between the shutdown and the socket's drop the
+//! descriptor is still open for a moment; a shutdown does not wait on the client.
 
 use std::{
     future::Future as _,
@@ -18,20 +24,25 @@ use tokio::{
 };
 
 /// A stream whose writes must be flushed within `limit` of the first one that waited.
-pub(super) struct WriteDeadline<S> {
+pub(super) struct WriteDeadline<S, G> {
     inner: S,
     limit: Duration,
     /// Set while written bytes wait for the client: from the first write that could not go
     /// out at once until everything is flushed.
     waiting: Option<Pin<Box<Sleep>>>,
+    /// The connection's slot, freed at the shutdown or else when the stream is dropped
+    /// (declared after `inner`: after its socket is closed).
+    held: Option<G>,
 }
 
-impl<S> WriteDeadline<S> {
-    pub(super) fn new(inner: S, limit: Duration) -> Self {
+impl<S, G> WriteDeadline<S, G> {
+    /// `inner`, holding `held` (its slot) until it is shut down or dropped.
+    pub(super) fn new(inner: S, limit: Duration, held: G) -> Self {
         WriteDeadline {
             inner,
             limit,
             waiting: None,
+            held: Some(held),
         }
     }
 
@@ -52,7 +63,7 @@ impl<S> WriteDeadline<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
+impl<S: AsyncRead + Unpin, G: Unpin> AsyncRead for WriteDeadline<S, G> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -62,7 +73,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
+impl<S: AsyncWrite + Unpin, G: Unpin> AsyncWrite for WriteDeadline<S, G> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -102,6 +113,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Everything is written: the slot is free before the client sees the end.
+        self.held.take();
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

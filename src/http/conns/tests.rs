@@ -173,3 +173,29 @@ async fn at_the_cap_the_address_holding_the_most_makes_room() {
     let (_, _, evicted) = admitted_from(&open, ip(52));
     assert!(evicted);
 }
+
+// R34, R44: a connection's slot is free once the connection is shut down, before its task has
+// dropped the stream: the client sees the end only after that, so its next connection is
+// never counted beside the one it has seen closed.
+#[tokio::test]
+async fn a_slot_is_free_once_its_connection_is_shut_down() {
+    use tokio::io::AsyncWriteExt;
+    let open = open(4, Duration::from_secs(30));
+    let (slot, id, _) = admitted(&open);
+    let (server, _client) = tokio::io::duplex(64);
+    let leave = Leave(open.clone(), id, slot);
+    let mut stream =
+        super::super::deadline::WriteDeadline::new(server, Duration::from_secs(1), leave);
+    assert_eq!(open.len(), 1);
+    stream.shutdown().await.unwrap();
+    assert_eq!(
+        open.len(),
+        0,
+        "the slot is held until the stream is dropped"
+    );
+    // Its address may open its one connection (a quarter of 4) again at once.
+    let (_again, _, evicted) = admitted(&open);
+    assert!(!evicted);
+    drop(stream);
+    assert_eq!(open.len(), 1);
+}

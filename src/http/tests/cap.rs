@@ -243,3 +243,21 @@ async fn behind_a_trusted_proxy_the_shares_are_per_forwarded_client() {
         assert_eq!(statuses(&read_all(&mut stream).await), [200]);
     }
 }
+
+// R34, R44: a client that reads an answer to the end (`Connection: close`) and opens its next
+// connection at once is let in: the slot of the closed one is free before the client can see
+// it closed, however late its task ends, so the client is never refused for a connection it
+// no longer has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reconnects_as_soon_as_it_is_answered_is_let_in() {
+    // Its quarter is one connection.
+    let server = start(capped(4)).await;
+    for round in 0..300 {
+        let raw = exchange(
+            server.addr,
+            b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(statuses(&raw), [200], "round {round}: {raw}");
+    }
+}
