@@ -1,6 +1,7 @@
 """The capacity run (docs/scale.md, "Capacity of one cluster"): scripts/fleet with 500, 2,000
 and 5,000 boards (MUTANTOPS_BENCH_CAPACITY) in 10 Mutations x 3 variants, 15-minute polls
-compressed 60 times, CAPACITY_MINUTES of steady phase each, with the release binary. Each run
+compressed 60 times, CAPACITY_MINUTES of steady phase each, with the release binary, with
+screens (a stand-in renderer, a screen request at every wake) up to SCREENS_UP_TO boards. Each run
 starts a control plane of its own (MUTANTOPS_CLUSTER_DIR .cluster-capacity, stopped and wiped
 after it) before the bench's own cluster is up, so nothing else of the bench shares the 2
 cores. The fleet's figures (its JSON) are kept as they are; the targets judge the largest run:
@@ -25,6 +26,13 @@ CLUSTER_DIR = REPO / ".cluster-capacity"
 # Targets for the largest run (5,000 boards).
 P99_TARGET_MS = 50
 RSS_TARGET_MIB = 40
+# Screen requests answered 304: the boards ask at every wake, the picture changes every 6 hours.
+SCREENS_304_TARGET = 95
+# The runs with screens: a screen request at every wake doubles the simulator's requests, and
+# at 5,000 boards the simulator (one Python process) and the API server together take both
+# cores, so the largest run goes without them and the 304 share is judged at the largest run
+# that has them.
+SCREENS_UP_TO = 2000
 # A device's lastSeen is written when older than persistEvery (10m by default, compressed as
 # the interval is): at most 6 writes per device-hour, and one per change of state besides
 # (R40). The state changes of the Wi-Fi and power shares are on top of this bound.
@@ -58,7 +66,8 @@ def run(b, n, env, suffix):
     out, log_path = b.path(f"capacity-{n}{suffix}.json"), b.path(f"capacity-{n}{suffix}.log")
     with open(log_path, "w") as f:
         p = subprocess.run([str(REPO / "scripts/fleet"), "--boards", str(n), "--minutes", str(CAPACITY_MINUTES),
-                            "--binary", str(BIN), "--json", str(out)], cwd=REPO, env=env, stdout=f,
+                            *(["--screens"] if n <= SCREENS_UP_TO else []), "--binary", str(BIN),
+                            "--json", str(out)], cwd=REPO, env=env, stdout=f,
                            stderr=subprocess.STDOUT)
     if p.returncode or not out.is_file():
         # Shown as a failed run, not the end of the bench: the other figures stand.
@@ -96,6 +105,10 @@ def summary(f):
         "apiserver_rss": mib(f["apiserver_rss_kib"] or 0),
         "simulated_hours": f"{f['simulated_hours']:g}", "compress": f"{f['compress']:g}",
         "screens": bool(f["screens"]),
+        "screen_requests": sum(f["screens_by_code"].values()),
+        "screen_codes": " ".join(f"{k}:{v}" for k, v in f["screens_by_code"].items()) or "none",
+        "screens_304": (f"{100 * f['screens_by_code'].get('304', 0) / sum(f['screens_by_code'].values()):.1f}"
+                        if f["screens_by_code"] else "-"),
         "datastore": f.get("datastore", "etcd"), "kine": kine_text(f.get("kine"), f),
     }
 
@@ -117,6 +130,7 @@ def rows(b):
         yield row("capacity (scripts/fleet)", "skipped (MUTANTOPS_BENCH_CAPACITY empty or --no-capacity)", "-", "-")
         return
     largest = max(c["boards"] for c in runs)
+    with_screens = max((c["boards"] for c in runs if c.get("screens") and not c.get("failed")), default=None)
     for c in runs:
         on_kine = c.get("datastore") == "kine"
         judged = c["boards"] == largest and not on_kine
@@ -138,6 +152,12 @@ def rows(b):
         yield row("  ... operator RSS peak / settled (VmHWM / VmRSS)", f"{c['rss_hwm']} / {c['rss']} MiB",
                   f"≤ {RSS_TARGET_MIB} MiB" if judged else "-",
                   judge(judged, float(c["rss_hwm"]) <= RSS_TARGET_MIB))
+        if c.get("screens"):
+            shown = not on_kine and c["boards"] == with_screens
+            yield row("  ... screen requests (If-None-Match at every wake; the picture changes every 6 h): 304 share",
+                      f"{c.get('screens_304', '-')} % of {c.get('screen_requests', 0)} ({c.get('screen_codes', 'none')})",
+                      f"≥ {SCREENS_304_TARGET} %" if shown else "-",
+                      judge(shown, c.get("screens_304", "-") != "-" and float(c["screens_304"]) >= SCREENS_304_TARGET))
         yield row("  ... CPU of one core in the steady phase: API server / operator / simulator",
                   f"{c['apiserver_cpu']} % / {c['operator_cpu']} % / {c['simulator_cpu']} %", "-", "-")
         if on_kine:
@@ -165,8 +185,14 @@ simulator's side (connect to last byte; the simulator shares the 2 cores), the o
 writes per device-hour from the API server's audit log (lastSeen is written at most once per
 `persistEvery`, 10 minutes compressed as the interval is, and on a change of state, R40), the
 CPU of each process over the window and the operator's RSS. The targets judge the largest run.
-No renderer runs on the fake node, so the boards fetch no screens here; the screens' 304s are
-the HTTP API rows' (`screens.py`). The largest run is repeated once on kine with SQLite in
+The runs of up to {SCREENS_UP_TO:,} boards have screens (`--screens`): each variant's Service
+is pointed at a stand-in renderer on this host (an EndpointSlice naming it), whose picture
+changes every 6 simulated hours; the operator fetches it once per refresh (every interval) and
+the boards ask for their screen at every wake, on the poll's connection, with `If-None-Match`,
+so a screen request is a 304 unless the picture changed since the board's last; the share of
+304s is judged at the largest of them. A screen request at every wake doubles the simulator's
+requests: at 5,000 boards the simulator (one Python process) and the API server together
+take both cores, so that run goes without screens. The largest run is repeated once on kine with SQLite in
 place of etcd (`MUTANTOPS_DATASTORE=kine`, as k3s runs it, with fsync on; no target judges
 it): the writes kine absorbed are its SQL inserts between the marks (every create, update
 and delete is one), their p99 from `kine_sql_time_seconds`, and a timeout is a board's request

@@ -1,10 +1,13 @@
 """The virtual boards of scripts/fleet (standard library only): one asyncio task per board, each
-request on a connection of its own (raw HTTP/1.1 over `asyncio.open_connection`, `Connection:
-close`), as a board out of deep sleep opens one; every request recorded as an `Event`.
+wake on a connection of its own (raw HTTP/1.1 over `asyncio.open_connection`), as a board out of
+deep sleep opens one: its poll, and with screens its screen after it on the same connection
+(`Connection: close` on the last); an enrollment on one of its own; every request recorded as
+an `Event`.
 
 A board (R39, R40, R53): enrolls with its Mutation's key into its variant, keeps its token and
-the etag of the screen it shows, polls with the device headers, fetches its screen with
-`If-None-Match` when the poll names an etag it does not hold, and on a 401 forgets its token
+the etag of the screen it shows, polls with the device headers, asks for its screen at every
+wake whose poll names one, with `If-None-Match` of the one it shows (a conditional GET, as a
+firmware that keeps its picture by its etag makes; a 304 costs no picture), and on a 401 forgets its token
 and enrolls again. Its schedule: a first wake at a random point of the first interval, then
 every interval times its own drift (a board's deep-sleep clock is off by up to 2 %) and a
 jitter of 5 %. A board of the Wi-Fi share skips its polls for 2 to 4 wakes; one of the power
@@ -38,38 +41,55 @@ class Event:
     error: str = ""
 
 
-async def call(host, port, method, path, headers, body=b""):
-    """One request on a new connection: (status, headers with lower-case names, body, ms,
-    error). Status 0 when no answer came."""
-    started = time.perf_counter()
-    writer = None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), TIMEOUT)
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if body or method in ("POST", "PUT", "PATCH"):
-            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        data = await asyncio.wait_for(reader.read(), TIMEOUT)
-    except (OSError, asyncio.TimeoutError) as e:
-        return 0, {}, b"", (time.perf_counter() - started) * 1000, f"{type(e).__name__}: {e}"[:120]
-    finally:
-        if writer is not None:
-            writer.close()
-    ms = (time.perf_counter() - started) * 1000
-    head, _, rest = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    try:
-        status = int(lines[0].split()[1])
-    except (IndexError, ValueError):
-        return 0, {}, b"", ms, f"no status line: {data[:60]!r}"
-    got = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        got[k.strip().lower()] = v.strip()
-    if "content-length" in got:
-        rest = rest[: int(got["content-length"])]
-    return status, got, rest, ms, ""
+class Connection:
+    """A board's connection for one wake: opened by its first request, kept open for the next
+    (the poll's screen) when the request says so, closed after a request that does not."""
+
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+        self.reader = self.writer = None
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+    async def call(self, method, path, headers, body=b"", keep=False):
+        """One request: (status, headers with lower-case names, body, ms, error); status 0 when
+        no answer came. `keep`: the connection stays open for another request."""
+        started = time.perf_counter()
+        try:
+            if self.writer is None:
+                self.reader, self.writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), TIMEOUT)
+            lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}",
+                     "Connection: keep-alive" if keep else "Connection: close"]
+            lines += [f"{k}: {v}" for k, v in headers.items()]
+            if body or method in ("POST", "PUT", "PATCH"):
+                lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+            self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+            head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+            lines = head[:-4].decode("latin-1").split("\r\n")
+            got = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                got[k.strip().lower()] = v.strip()
+            if "content-length" in got:
+                rest = await asyncio.wait_for(self.reader.readexactly(int(got["content-length"])), TIMEOUT)
+            else:
+                rest = await asyncio.wait_for(self.reader.read(), TIMEOUT)
+        except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError) as e:
+            self.close()
+            return 0, {}, b"", (time.perf_counter() - started) * 1000, f"{type(e).__name__}: {e}"[:120]
+        ms = (time.perf_counter() - started) * 1000
+        if not keep or got.get("connection", "").lower() == "close":
+            self.close()
+        try:
+            status = int(lines[0].split()[1])
+        except (IndexError, ValueError):
+            return 0, {}, b"", ms, f"no status line: {head[:60]!r}"
+        return status, got, rest, ms, ""
 
 
 class Fleet:
@@ -82,15 +102,18 @@ class Fleet:
         self.events = []
         self.rng = random.Random(seed)
         self.on_dark = None               # async f(board): the owner removes a dark board's record
+        self.renderer = None              # renderer.Renderer with --screens
         self.stopping = False
         self.boards = []
 
     def record(self, kind, status, ms, error, t):
         self.events.append(Event(t, kind, status, ms, error))
 
-    async def request(self, kind, method, path, headers, body=b""):
+    async def request(self, kind, method, path, headers, body=b"", on=None, keep=False):
+        """A request on connection `on` (kept open after it when `keep`), or on one of its own."""
         t = time.time()
-        status, got, answer, ms, error = await call(self.host, self.port, method, path, headers, body)
+        on = on or Connection(self.host, self.port)
+        status, got, answer, ms, error = await on.call(method, path, headers, body, keep)
         if status >= 400 and status not in (401, 429):
             # What the operator said, for the report: 5xx and refusals are not papered over.
             error = answer[:200].decode(errors="replace")
@@ -154,15 +177,27 @@ class Board:
     async def wake(self):
         if self.token is None and not await self.enroll():
             return
-        status, _, answer = await self.fleet.request("poll", "GET", f"{self.base}/devices/{self.id}/poll",
-                                                     self.headers(self.token))
+        # One connection for the wake: the poll, and the screen on it when the fleet has screens.
+        on = Connection(self.fleet.host, self.fleet.port)
+        try:
+            await self.poll_and_show(on)
+        finally:
+            on.close()
+        self.millivolts = max(3300, self.millivolts - self.rng.randint(0, 2))
+
+    async def poll_and_show(self, on):
+        screens = self.fleet.renderer is not None
+        poll = f"{self.base}/devices/{self.id}/poll"
+        status, _, answer = await self.fleet.request("poll", "GET", poll, self.headers(self.token), on=on,
+                                                     keep=screens)
         if status == 401:
             # Removed, or its token rotated: it forgets the token and enrolls again.
+            on.close()
             self.token = None
             if not await self.enroll():
                 return
-            status, _, answer = await self.fleet.request("poll", "GET", f"{self.base}/devices/{self.id}/poll",
-                                                         self.headers(self.token))
+            status, _, answer = await self.fleet.request("poll", "GET", poll, self.headers(self.token), on=on,
+                                                         keep=screens)
         if status != 200:
             return
         self.booted = True
@@ -170,14 +205,12 @@ class Board:
             screen = json.loads(answer).get("screen") or {}
         except ValueError:
             screen = {}
-        etag = screen.get("etag")
-        if etag and etag != self.etag:
+        if screen.get("etag"):
             extra = {"If-None-Match": self.etag} if self.etag else {}
             status, got, _ = await self.fleet.request("screen", "GET", f"{self.base}/devices/{self.id}/screen",
-                                                      {**self.headers(self.token), **extra})
+                                                      {**self.headers(self.token), **extra}, on=on)
             if status == 200:
                 self.etag = got.get("etag")
-        self.millivolts = max(3300, self.millivolts - self.rng.randint(0, 2))
 
     async def life(self):
         interval = self.fleet.interval

@@ -32,6 +32,7 @@ import common  # noqa: E402
 import kine  # noqa: E402
 import main as bench  # noqa: E402
 from boards import Board, Fleet  # noqa: E402
+from renderer import Renderer  # noqa: E402
 from common import die, log, step  # noqa: E402
 
 common.PREFIX = "fleet"
@@ -52,13 +53,14 @@ def duration(text):
     """`15m`, `90s`, `1h` (or plain seconds) as seconds."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", text or "")
     if not m or float(m.group(1)) <= 0:
-        die(f"--interval {text}: a duration such as 15m, 90s or 1h")
+        die(f"{text}: a duration such as 15m, 90s or 1h (--interval, --screen-changes)")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def arguments(argv):
     args = types.SimpleNamespace(boards=500, mutations=10, variants=3, minutes=2.0, compress=60.0, interval=900.0,
-                                 wifi=5.0, power=2.0, screens=False, keep_cluster=False, binary=None, json=None)
+                                 wifi=5.0, power=2.0, screens=False, screen_changes=21600.0, keep_cluster=False,
+                                 binary=None, json=None)
     words = iter(argv)
 
     def value(flag, kind=float):
@@ -78,8 +80,8 @@ def arguments(argv):
             setattr(args, arg[2:], value(arg))
         elif arg in ("--wifi-loss", "--power-loss"):
             setattr(args, arg[2:].split("-")[0], value(arg))
-        elif arg == "--interval":
-            args.interval = duration(next(words, None))
+        elif arg in ("--interval", "--screen-changes"):
+            setattr(args, arg[2:].replace("-", "_"), duration(next(words, None)))
         elif arg in ("--screens", "--keep-cluster"):
             setattr(args, arg[2:].replace("-", "_"), True)
         elif arg in ("--binary", "--json"):
@@ -161,7 +163,7 @@ def create_mutations(b, args, ns):
             die(f"POST {api}/mutations ({name}) answered {code}: {out.read_text()[:300] if out.exists() else ''}")
         if args.screens:
             screen = {"spec": {"screen": {"port": "http", "path": "/screen.bmp",
-                                          "refreshEvery": compressed(max(600, args.interval * f), f)}}}
+                                          "refreshEvery": compressed(max(600, args.interval), f)}}}
             b.kubectl("-n", ns, "patch", "mutation", name, "--type=merge", "-p", json.dumps(screen))
         keys[name] = key(b, ns, name)
     return keys
@@ -255,6 +257,8 @@ def figures(b, args, fleet, booted, polled, at):
         "polls": all_polls, "polls_by_code": dict(sorted(by["poll"].items())),
         "enrolls_by_code": dict(sorted(by["enroll"].items())), "removed_by_code": dict(sorted(by["remove"].items())),
         "screens_by_code": dict(sorted(by["screen"].items())),
+        "screen_changes_s": args.screen_changes if args.screens else None,
+        "renderer_answered": fleet.renderer.answered if fleet.renderer else None,
         "boot_by_code": {k: dict(sorted(v.items())) for k, v in sorted(boot.items())},
         "poll_ms": {"p50": percentile(polls_ms, 50), "p99": percentile(polls_ms, 99),
                     "max": max(polls_ms) if polls_ms else None},
@@ -289,10 +293,12 @@ def line(f, args):
     if not args.screens:
         screens = "screens off"
     elif not f["screens_by_code"]:
-        screens = "screens: none fetched (no poll named a screen: no renderer answers on the fake node)"
+        screens = "screens: none requested (no poll named a screen)"
     else:
         s = f["screens_by_code"]
-        screens = f"screens fetched {s.get(200, 0)}, 304s {s.get(304, 0)} (all {codes(s)})"
+        share = 100 * s.get(304, 0) / max(1, sum(s.values()))
+        screens = (f"screens requested {sum(s.values())}, 304 {share:.1f} % ({codes(s)}; the picture changes every "
+                   f"{f['screen_changes_s'] / 3600:g} h simulated; the renderer answered {f['renderer_answered']})")
     per = ", ".join(f"{k} {v:.2f}" for k, v in sorted(f["writes_per_device_hour"].items())) or "none"
     return (f"fleet: boards {f['boards']} ({f['booted']} booted when the steady phase began, {f['without_token']} without a token at the end; "
             f"{f['mutations']} Mutations x {f['variants']} variants), "
@@ -328,6 +334,12 @@ def run(b, args):
     step(f"{args.mutations} Mutations x {args.variants} variants in namespace {ns}")
     keys = create_mutations(b, args, ns)
     fleet = Fleet("127.0.0.1", b.api_port, ns, args.interval / args.compress, args.wifi / 100, args.power / 100)
+    if args.screens:
+        fleet.renderer = Renderer(args.screen_changes / args.compress)
+        log(f"renderer on {fleet.renderer.ip}:{fleet.renderer.port}, each variant's Service pointed at it")
+        for i in range(args.mutations):
+            for j in range(args.variants):
+                fleet.renderer.point(b, ns, f"m{i}-v{j}")
     wakes = int(args.minutes * 60 / fleet.interval) + 1
     boards = []
     for i in range(args.boards):
