@@ -8,11 +8,11 @@ Service is pointed at it by an EndpointSlice of the fleet's own, as the screens 
 import http.server
 import json
 import socket
-import struct
 import threading
 import time
 
-WIDTH, HEIGHT = 800, 480
+# The HTTP API bench's picture (scripts/bench.d, on the driver's path): one BMP per seed.
+from screens import bmp
 
 
 def own_address():
@@ -23,20 +23,6 @@ def own_address():
             return s.getsockname()[0]
         except OSError:
             return "127.0.0.1"
-
-
-def bmp(version):
-    """A 1-bit WIDTH x HEIGHT BMP whose pixels depend on `version` alone."""
-    row = (WIDTH + 31) // 32 * 4
-    pixels = bytearray(row * HEIGHT)
-    for y in range(HEIGHT):
-        # A band that moves with each version: another picture, the same size.
-        if (y + version * 37) % 96 < 24:
-            pixels[y * row:y * row + WIDTH // 8] = b"\xff" * (WIDTH // 8)
-    offset = 14 + 40 + 8
-    head = b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset)
-    info = struct.pack("<IiiHHIIiiII", 40, WIDTH, HEIGHT, 1, 1, 0, len(pixels), 2835, 2835, 2, 0)
-    return head + info + b"\x00\x00\x00\x00\xff\xff\xff\x00" + bytes(pixels)
 
 
 class Renderer:
