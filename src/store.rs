@@ -10,10 +10,11 @@
 //! - one retry policy on a resourceVersion conflict, bounded by [`batch::MAX_ATTEMPTS`];
 //! - the field managers as constants ([`API_MANAGER`], [`DEVICES_MANAGER`],
 //!   [`OPERATOR_MANAGER`]);
-//! - a Mutation's size ([`targets::MAX_MUTATION_BYTES`]), checked after every edit and before every
+//! - a Mutation's size ([`size::MAX_MUTATION_BYTES`]), checked after every edit and before every
 //!   create: an edit that would grow it past the bound is refused (413), naming it.
 //!
-//! The rooms, lowest first: `batch` (the engine), `targets` (what it edits, and the bounds).
+//! The rooms, lowest first: `budget` (each object's writes), `batch` (the engine), `size` (a
+//! Mutation's size bound), `targets` (what it edits, and its bounds).
 
 use std::{sync::Arc, time::Duration};
 
@@ -32,6 +33,8 @@ use crate::{
 };
 
 mod batch;
+mod budget;
+mod size;
 mod targets;
 
 use batch::Batches;
@@ -54,10 +57,11 @@ pub fn new_token() -> crate::Result<String> {
 /// expiry removes).
 pub const OPERATOR_MANAGER: &str = variant::FIELD_MANAGER;
 
-/// How long a heartbeat's edit of a device list waits for others to be written with (R40):
-/// the devices' polls of one Mutation cost one write a second at most, however many there
-/// are, where each write carries the whole list. A heartbeat records when the device was
-/// heard, not when it was written, so the wait changes nothing it says.
+/// How long a heartbeat's edit of a device list waits for others to be written with (R40),
+/// unless it refreshes a last-seen time alone (`Policy::refresh_gather`, longer): the
+/// devices' polls of one Mutation cost one write a second at most, however many there are,
+/// where each write carries the whole list. A heartbeat records when the device was heard, not
+/// when it was written, so the wait changes nothing it says.
 pub const HEARTBEAT_GATHER: Duration = Duration::from_secs(1);
 
 /// How long one call of the controller's edits may take (a request's edits are bounded by
@@ -132,13 +136,13 @@ impl Store {
     }
 
     /// [`Store::edit_devices`] for a heartbeat, which nobody waits on: it is written with the
-    /// other edits of the Mutation's device list that come within [`HEARTBEAT_GATHER`] (or
-    /// at once with one that may not wait).
+    /// other edits of the Mutation's device list that come within `gather` (at least
+    /// [`HEARTBEAT_GATHER`]), or sooner with one that may wait less.
     pub async fn note_devices<F>(
         &self,
-        ns: &str,
-        name: &str,
+        (ns, name): (&str, &str),
         limit: Duration,
+        gather: Duration,
         change: F,
     ) -> Result<Arc<Mutation>, ApiError>
     where
@@ -147,7 +151,7 @@ impl Store {
         let target = Listed(self.mutation(ns, name, DEVICES_MANAGER));
         let change = Box::new(change);
         self.lists
-            .edit_gathered(target, limit, change, HEARTBEAT_GATHER)
+            .edit_gathered(target, limit, change, gather.max(HEARTBEAT_GATHER))
             .await
     }
 
@@ -199,12 +203,12 @@ impl Store {
             .registry)
     }
 
-    /// Creates Mutation `m` under [`API_MANAGER`], refused (413) over [`targets::MAX_MUTATION_BYTES`]
+    /// Creates Mutation `m` under [`API_MANAGER`], refused (413) over [`size::MAX_MUTATION_BYTES`]
     /// and (409) when the name is taken.
     pub async fn create_mutation(&self, m: &Mutation) -> Result<Mutation, ApiError> {
         let ns = m.metadata.namespace.as_deref().unwrap_or_default();
         let name = m.metadata.name.as_deref().unwrap_or_default();
-        targets::mutation_within(&format!("mutation {ns}/{name}"), m, 0)?;
+        size::mutation_within(&format!("mutation {ns}/{name}"), m, 0)?;
         let api: Api<Mutation> = Api::namespaced(self.client.clone(), ns);
         let params = PostParams {
             field_manager: Some(API_MANAGER.into()),

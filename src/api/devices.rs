@@ -90,17 +90,17 @@ pub async fn list(
 ) -> ApiResult {
     let m = fresh::mutation(state, caller, ns, name, known).await?;
     policy(state, &m, ns, name)?;
-    let registry = cached_registry(&state.caches, &m);
-    let mut ids: Vec<&String> = registry.devices.keys().collect();
-    for d in listed(&m) {
-        if !registry.devices.contains_key(&d.id) {
-            ids.push(&d.id);
+    let items: Vec<DeviceStatus> = cached_registry(&state.caches, &m, |registry| {
+        let mut ids: Vec<&String> = registry.devices.keys().collect();
+        for d in listed(&m) {
+            if !registry.devices.contains_key(&d.id) {
+                ids.push(&d.id);
+            }
         }
-    }
-    let items: Vec<DeviceStatus> = ids
-        .into_iter()
-        .filter_map(|id| view(state, &m, &registry, ns, name, id))
-        .collect();
+        ids.into_iter()
+            .filter_map(|id| view(state, &m, registry, ns, name, id))
+            .collect()
+    });
     Ok(http::json(StatusCode::OK, &items))
 }
 
@@ -113,8 +113,8 @@ pub async fn get(
 ) -> ApiResult {
     let m = fresh::mutation(state, caller, ns, name, known).await?;
     policy(state, &m, ns, name)?;
-    let registry = cached_registry(&state.caches, &m);
-    let device = view(state, &m, &registry, ns, name, id).ok_or_else(|| absent(ns, name, id))?;
+    let device = cached_registry(&state.caches, &m, |r| view(state, &m, r, ns, name, id))
+        .ok_or_else(|| absent(ns, name, id))?;
     Ok(http::json(StatusCode::OK, &device))
 }
 

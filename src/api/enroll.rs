@@ -2,8 +2,6 @@
 //! an existing variant's label; the device's token is answered this once, its hash kept in the
 //! devices Secret, the device listed in the Mutation's status.
 
-use std::sync::Arc;
-
 use hyper::StatusCode;
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
@@ -19,7 +17,7 @@ use super::{
     variants,
 };
 use crate::{
-    crd::{DeviceStatus, Mutation, Variant},
+    crd::{DeviceAccess, DeviceStatus, Mutation, Variant, VariantService},
     http,
     variant::{
         devices::{DeviceRecord, Registry, rfc3339, token_hash, validate_device_id},
@@ -67,25 +65,27 @@ pub async fn enroll(
     let id = body.id;
     let max = policy.max_devices;
     let admin = *caller == Caller::Admin;
-    let free = |r: &Registry| room_for(r, &id, (ns, name), max, admin);
-    // Checked before anything is written, so that a refused enrollment changes nothing: first
-    // on this replica's cache, so that one refused there costs the API server nothing (the
-    // enrollment key is shared by every board not enrolled yet), then on the Secret as the API
-    // server has it.
-    free(&cached_registry(&state.caches, &m))?;
-    let registry = read_registry(state, &owner).await?;
-    free(&registry)?;
-    let made_by_another = registry.made.contains(&label);
-    join_or_make(
-        state,
-        caller,
-        &m,
-        &label,
-        new_variant.as_ref(),
-        made_by_another,
-    )
-    .await?;
-    let made = new_variant.is_some();
+    let at = (ns, name);
+    let joining = Joining::of(&m, &label);
+    let new = new_variant.as_ref();
+    let check = |r: &Registry| {
+        room_for(r, &id, at, max, admin)?;
+        joining.check(caller, at, &label, new.is_some(), r)
+    };
+    // Checked first on this replica's cache, so that an enrollment refused there costs the API
+    // server nothing (the enrollment key is shared by every board not enrolled yet); the
+    // registry's edit checks again on the Secret as the API server has it, as it writes. Neither
+    // the registry nor the Mutation is held after: each lists up to `maxDevices` devices, and
+    // while a fleet powers up, hundreds of enrollments wait on the API server at once.
+    cached_registry(&state.caches, &m, check)?;
+    drop(m);
+    if let Some(variant) = new {
+        // Its variant is made before the device is written: checked on the Secret as the API
+        // server has it first, so that a refused enrollment makes none.
+        check(&read_registry(state, &owner).await?)?;
+        variants::insert(state, caller, ns, name, variant.clone()).await?;
+    }
+    let made = new.is_some();
     let token = issue_token()?;
     let enrolled_at = rfc3339(now);
     let record = DeviceRecord {
@@ -96,8 +96,17 @@ pub async fn enroll(
     let enrolled = {
         let (id, record, label) = (id.clone(), record.clone(), label.clone());
         let (ns, name) = (ns.to_string(), name.to_string());
+        // A board that joins a variant: who may join it is checked on the registry written.
+        let joined = (!made && !admin)
+            .then(|| joining.existing.clone())
+            .flatten();
+        let access = joining.access.clone();
         move |r: &mut Registry| {
-            not_enrolled(r, &id, &ns, &name)?;
+            room_for(r, &id, (&ns, &name), max, admin)?;
+            if let Some(v) = &joined {
+                let made_by_another = r.made.contains(&label);
+                may_join(access.as_deref(), v, made_by_another).map_err(ApiError::forbidden)?;
+            }
             r.devices.insert(id.clone(), record.clone());
             if made {
                 r.made.insert(label.clone());
@@ -119,7 +128,57 @@ pub async fn enroll(
         record: &record,
         now,
     };
-    done.listed_and_answered(state, caller, m).await
+    done.listed_and_answered(state, caller, at, joining.service)
+        .await
+}
+
+/// What an enrollment needs of its Mutation once it has read it: the variant it joins, if
+/// that exists, who may join it, and that variant's Service as it was.
+struct Joining {
+    existing: Option<Variant>,
+    access: Option<Box<DeviceAccess>>,
+    service: Option<VariantService>,
+}
+
+impl Joining {
+    fn of(m: &Mutation, label: &str) -> Self {
+        Joining {
+            existing: m.spec.variants.iter().find(|v| v.label == label).cloned(),
+            access: m.spec.device_access.clone(),
+            service: service_of(m, label).cloned(),
+        }
+    }
+
+    /// Whether the board may make its own variant `label` (`new`; the checks of an added
+    /// variant follow when it is made) or join the existing one, by what registry `r` says
+    /// was made by enrollment: 409 for a new variant whose label is taken, 404 for a label that
+    /// is not there, 403 when the enrollment key asks to join a variant its owner has not
+    /// opened to enrollment (`enrollable: true`, or a `spec.deviceAccess.labelPattern` its
+    /// label matches, the latter only for a variant no board's enrollment `made`). A board that
+    /// joins a variant reads and polls it, and never changes it (`rights::device_may_change`).
+    fn check(
+        &self,
+        caller: &Caller,
+        (ns, name): (&str, &str),
+        label: &str,
+        new: bool,
+        r: &Registry,
+    ) -> Result<(), ApiError> {
+        match (new, self.existing.as_ref()) {
+            (true, Some(_)) => Err(ApiError::conflict(format!(
+                "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
+                 {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
+            ))),
+            (false, None) => Err(ApiError::not_found(format!(
+                "variant {label:?} not found in mutation {ns}/{name}"
+            ))),
+            (false, Some(v)) if *caller != Caller::Admin => {
+                may_join(self.access.as_deref(), v, r.made.contains(label))
+                    .map_err(ApiError::forbidden)
+            }
+            (true, None) | (false, Some(_)) => Ok(()),
+        }
+    }
 }
 
 /// A board just enrolled: its device's record, and when.
@@ -139,7 +198,8 @@ impl Enrolled<'_> {
         self,
         state: &ApiState,
         caller: &Caller,
-        m: Arc<Mutation>,
+        (ns, name): (&str, &str),
+        service_before: Option<VariantService>,
     ) -> ApiResult {
         let Enrolled {
             id,
@@ -148,11 +208,6 @@ impl Enrolled<'_> {
             record,
             now,
         } = self;
-        let (ns, name) = (
-            m.metadata.namespace.clone().unwrap_or_default(),
-            m.metadata.name.clone().unwrap_or_default(),
-        );
-        let (ns, name) = (ns.as_str(), name.as_str());
         let entry = record.entry(id);
         // The token is in the Secret: a failed status write is the leader's to make good.
         let add = move |list: &[DeviceStatus]| {
@@ -187,8 +242,10 @@ impl Enrolled<'_> {
         })
         .await;
         tracing::info!(namespace = ns, name, device = %id, variant = %label, "enrolled a device");
-        let m = fresh::cached_mutation(state, caller, ns, name).unwrap_or(m);
-        let service = service_of(&m, label);
+        // The variant's Service as the cache has it now (a variant just made has none
+        // before), else as it was.
+        let m = fresh::cached_mutation(state, caller, ns, name).ok();
+        let service = (m.as_deref().and_then(|m| service_of(m, label))).or(service_before.as_ref());
         Ok(http::json(
             StatusCode::CREATED,
             &Issued {
@@ -220,45 +277,6 @@ fn target_of(
             "give either variant (a new variant for this device) or label (an existing \
              variant's)",
         )),
-    }
-}
-
-/// Makes the board's own variant `new` (with every check of an added variant), or checks that
-/// it may join the existing variant `label` of `m`: 409 for a new variant whose label is
-/// taken, 404 for a label that is not there, 403 when the enrollment key asks to join a
-/// variant its owner has not opened to enrollment (`enrollable: true`, or a
-/// `spec.deviceAccess.labelPattern` its label matches, the latter only for a variant no
-/// board's enrollment `made`). A board that joins a variant reads
-/// and polls it, and never changes it (`rights::device_may_change`).
-async fn join_or_make(
-    state: &ApiState,
-    caller: &Caller,
-    m: &Mutation,
-    label: &str,
-    new: Option<&Variant>,
-    made: bool,
-) -> Result<(), ApiError> {
-    let (ns, name) = (
-        m.metadata.namespace.as_deref().unwrap_or_default(),
-        m.metadata.name.as_deref().unwrap_or_default(),
-    );
-    let existing = m.spec.variants.iter().find(|v| v.label == label);
-    match (new, existing) {
-        (Some(_), Some(_)) => Err(ApiError::conflict(format!(
-            "variant {label:?} already exists in mutation {ns}/{name}: enroll into it with \
-             {{\"id\": ..., \"label\": {label:?}}}, which does not change it"
-        ))),
-        (None, None) => Err(ApiError::not_found(format!(
-            "variant {label:?} not found in mutation {ns}/{name}"
-        ))),
-        (Some(variant), None) => {
-            variants::insert(state, caller, ns, name, variant.clone()).await?;
-            Ok(())
-        }
-        (None, Some(v)) if *caller != Caller::Admin => {
-            may_join(m.spec.device_access.as_deref(), v, made).map_err(ApiError::forbidden)
-        }
-        (None, Some(_)) => Ok(()),
     }
 }
 

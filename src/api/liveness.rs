@@ -16,8 +16,9 @@ use super::{
 };
 use crate::{
     crd::{DeviceStatus, Mutation, Reported, VariantStatus},
+    store::HEARTBEAT_GATHER,
     variant::{
-        devices::{Policy, heard, must_persist},
+        devices::{Policy, changes, heard, must_persist},
         parsed::Parsed,
         sleep::{PollSeen, poll_must_persist, poll_refresh, polled, retry_after},
     },
@@ -187,12 +188,24 @@ pub fn heard_from(
     if !writes_now && !state.heartbeats.claim_write(ns, name, id, now, every) {
         return Ok(heard);
     }
+    // A refresh of the last-seen time alone waits longer for the others of its Mutation.
+    let gather = match persisted {
+        Some(entry) if due.poll.is_none() && !changes(entry, &due.reported) => {
+            policy.refresh_gather()
+        }
+        _ => HEARTBEAT_GATHER,
+    };
     let due = Due {
         id: Cow::Owned(id.clone()),
         variant: Cow::Owned(variant.clone()),
         ..due
     };
-    tokio::spawn(write(state.clone(), ns.clone(), name.clone(), due));
+    tokio::spawn(write(
+        state.clone(),
+        (ns.clone(), name.clone()),
+        gather,
+        due,
+    ));
     Ok(heard)
 }
 
@@ -217,12 +230,18 @@ fn poll_must_persist_now(due: &Due, persisted: Option<&DeviceStatus>, m: &Mutati
 /// Has the store write heartbeat `due` of Mutation `ns/name`, with the other entries of the
 /// Mutation due at the time; whether it must be written is asked again of the Mutation as the
 /// store read it, so heartbeats of one device that arrive together are written once.
-async fn write(state: Arc<ApiState>, ns: String, name: String, due: Due<'static>) {
+async fn write(
+    state: Arc<ApiState>,
+    (ns, name): (String, String),
+    gather: std::time::Duration,
+    due: Due<'static>,
+) {
     let id = due.id.clone();
     let caches = state.caches.clone();
+    let at = (ns.as_str(), name.as_str());
     let edit = state
         .store
-        .note_devices(&ns, &name, state.deadline, move |m| {
+        .note_devices(at, state.deadline, gather, move |m| {
             let parsed = caches.parsed(m);
             let Some(policy) = parsed.devices() else {
                 return Ok(listed(m).to_vec());

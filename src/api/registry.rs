@@ -2,7 +2,7 @@
 //! in this replica's cache, waiting for the cache to show a change, and read-modify-write of
 //! the Secret on the API server, on its resourceVersion; and the device list of the status.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use kube::runtime::reflector::ObjectRef;
 
@@ -11,7 +11,7 @@ use crate::{
     cache::{CacheState, Caches},
     crd::{DeviceStatus, Mutation},
     variant::{
-        Owner,
+        CachedSecret, Owner,
         devices::{DeviceRecord, Registry, devices_secret_name},
         is_controlled_by, rights,
     },
@@ -25,10 +25,19 @@ pub(super) fn listed(m: &Mutation) -> &[DeviceStatus] {
     m.status.as_ref().map_or(&[][..], |s| &s.devices[..])
 }
 
-/// The registry of `m`'s devices Secret in this replica's cache (empty when there is none, or
-/// it is not `m`'s).
-pub(super) fn cached_registry(caches: &Caches, m: &Mutation) -> Registry {
-    cached_devices(caches, m, Registry::clone).unwrap_or_default()
+/// `read` of the registry of `m`'s devices Secret in this replica's cache (of an empty one
+/// when there is none, or it is not `m`'s), where it is cached: a registry lists up to
+/// `maxDevices` devices, and a request needs a look at it, not a copy.
+pub(super) fn cached_registry<T>(
+    caches: &Caches,
+    m: &Mutation,
+    read: impl FnOnce(&Registry) -> T,
+) -> T {
+    let secret = cached_secret(caches, m);
+    match secret.as_ref().and_then(|s| s.devices.as_deref()) {
+        Some(registry) => read(registry),
+        None => read(&Registry::default()),
+    }
 }
 
 /// Device `id`'s record in the registry of `m`'s devices Secret in this replica's cache: one
@@ -57,16 +66,20 @@ fn cached_devices<T>(
     m: &Mutation,
     read: impl FnOnce(&Registry) -> T,
 ) -> Option<T> {
+    cached_secret(caches, m)?.devices.as_deref().map(read)
+}
+
+/// `m`'s devices Secret in this replica's cache, when it is `m`'s.
+fn cached_secret(caches: &Caches, m: &Mutation) -> Option<Arc<CachedSecret>> {
     let (ns, name, uid) = (
         m.metadata.namespace.as_deref()?,
         m.metadata.name.as_deref()?,
         m.metadata.uid.as_deref()?,
     );
-    let secret = caches
+    caches
         .secrets
         .get(&ObjectRef::new(&devices_secret_name(name)).within(ns))
-        .filter(|s| is_controlled_by(&s.metadata, uid))?;
-    secret.devices.as_deref().map(read)
+        .filter(|s| is_controlled_by(&s.metadata, uid))
 }
 
 /// Waits (a few seconds at most) until this replica's cache of Mutation `ns/name`'s devices
@@ -82,12 +95,14 @@ pub(super) async fn wait_registry<F: Fn(&Registry) -> bool>(
     let _ = state
         .caches
         .until(Some(deadline), |caches: &Caches, _: &CacheState| {
-            let registry = caches
-                .secrets
-                .get(&key)
-                .and_then(|s| s.devices.as_deref().cloned())
-                .unwrap_or_default();
-            done(&registry).then_some(())
+            // Read where it is cached: a copy per waiting request and cache change was a
+            // registry of up to `maxDevices` devices each time.
+            let secret = caches.secrets.get(&key);
+            match secret.as_ref().and_then(|s| s.devices.as_deref()) {
+                Some(registry) => done(registry),
+                None => done(&Registry::default()),
+            }
+            .then_some(())
         })
         .await;
 }

@@ -125,13 +125,12 @@ pub async fn of_device(
     let m = fresh::mutation(state, caller, ns, name, known).await?;
     let label = match caller {
         Caller::Device { variant, .. } => variant.clone(),
-        _ => cached_registry(&state.caches, &m)
-            .devices
-            .get(id)
-            .map(|d| d.variant.clone())
-            .ok_or_else(|| {
-                ApiError::not_found(format!("device {id:?} not found in mutation {ns}/{name}"))
-            })?,
+        _ => cached_registry(&state.caches, &m, |r| {
+            r.devices.get(id).map(|d| d.variant.clone())
+        })
+        .ok_or_else(|| {
+            ApiError::not_found(format!("device {id:?} not found in mutation {ns}/{name}"))
+        })?,
     };
     answer(state, &m, &label, headers)
 }

@@ -10,10 +10,9 @@
 //! times. Each caller waits for its own answer; edits nobody waits on may be gathered for a
 //! while first ([`Batches::edit_gathered`]).
 //!
-//! Every object has a budget of read-modify-writes ([`WRITES_PER_SECOND`], [`WRITE_BURST`]):
-//! a writer that has spent it waits for the next one it may make, and the edits that arrive
-//! meanwhile are written with the ones it holds, so no path, however often it asks, writes one
-//! object more often than that.
+//! Every object has a budget of read-modify-writes ([`super::budget`]): a writer that has spent
+//! it waits for the next one it may make, and the edits that arrive meanwhile are written with
+//! the ones it holds.
 //!
 //! The writer runs apart from the callers, so a request cut off at its deadline does not cut
 //! off the edits of the others; an edit whose request was told that nothing was changed, or
@@ -31,6 +30,7 @@ use tokio::{
     time::Instant,
 };
 
+use super::budget::Budgets;
 use crate::http::{
     ApiError,
     overdue::{self, Claim},
@@ -39,13 +39,6 @@ use crate::http::{
 /// How many times the store tries a write on a resourceVersion conflict before it gives up
 /// with 503: the one retry bound of every write of a Mutation or of its Secrets.
 pub const MAX_ATTEMPTS: usize = 20;
-
-/// Writes of one object a second, over time: the budget a writer's writes are held to (R52).
-pub const WRITES_PER_SECOND: u32 = 20;
-/// Writes of one object at once, before [`WRITES_PER_SECOND`] holds them back.
-pub const WRITE_BURST: u32 = 100;
-/// Objects whose budget is remembered; beyond it, those whose budget is whole are forgotten.
-const BUDGETS_KEPT: usize = 1024;
 
 /// What a writer edits: one object on the API server, and the part of it that edits change.
 pub trait Target: Send + Sync + 'static {
@@ -65,8 +58,8 @@ pub trait Target: Send + Sync + 'static {
     }
     /// Its part that edits change.
     fn part(object: &Self::Object) -> &Self::Part;
-    /// Puts `part` into `object`.
-    fn set(object: &mut Self::Object, part: Self::Part);
+    /// Puts `part` into `object`; answers the part it replaced.
+    fn set(object: &mut Self::Object, part: Self::Part) -> Self::Part;
     /// Writes `object` with `part`, guarded by the resourceVersion it was read at.
     fn write(
         &self,
@@ -82,10 +75,9 @@ pub trait Target: Send + Sync + 'static {
     fn needs_write(object: &Self::Object, part: &Self::Part) -> bool {
         part != Self::part(object)
     }
-    /// The object's invariants, checked after each edit (`before` it, `after` it) and before
-    /// anything is written: an edit that breaks one is refused, naming the bound (none by
-    /// default).
-    fn check(&self, _before: &Self::Object, _after: &Self::Object) -> Result<(), ApiError> {
+    /// The object's invariants, checked after each edit (its part `before` it, the object
+    /// `after` it), before anything is written: one broken refuses the edit, naming it.
+    fn check(&self, _before: &Self::Part, _after: &Self::Object) -> Result<(), ApiError> {
         Ok(())
     }
     /// The namespace and name of the Mutation whose object it is, for the log.
@@ -112,13 +104,15 @@ struct Pending<T: Target> {
 }
 
 /// The edits waiting, per object that has a writer (an entry lives while its writer does),
-/// each object's budget of writes, and the writers gathering edits, told when an edit that
-/// may not wait arrives.
-pub struct Batches<T: Target>(
-    Arc<Mutex<HashMap<String, Vec<Pending<T>>>>>,
-    Budgets,
-    Arc<Notify>,
-);
+/// each object's budget of writes, and the writers gathering edits, told when an edit arrives
+/// that may wait less than they do.
+pub struct Batches<T: Target>(Arc<Mutex<HashMap<String, Queue<T>>>>, Budgets, Arc<Notify>);
+
+/// The edits waiting for one object's writer, and until when it gathers (`None`: it does not).
+struct Queue<T: Target> {
+    pending: Vec<Pending<T>>,
+    gathering: Option<Instant>,
+}
 
 impl<T: Target> Default for Batches<T> {
     fn default() -> Self {
@@ -129,37 +123,6 @@ impl<T: Target> Default for Batches<T> {
 impl<T: Target> Clone for Batches<T> {
     fn clone(&self) -> Self {
         Batches(Arc::clone(&self.0), self.1.clone(), Arc::clone(&self.2))
-    }
-}
-
-/// Each object's budget of writes: how many it may make now, and since when that holds.
-#[derive(Clone, Default)]
-struct Budgets(Arc<Mutex<HashMap<String, (f64, Instant)>>>);
-
-impl Budgets {
-    /// Takes one write of `key`'s budget: at once, or after waiting for it to refill (then
-    /// true).
-    async fn spend(&self, key: &str) -> bool {
-        let wait = {
-            let mut budgets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = Instant::now();
-            let (rate, burst) = (f64::from(WRITES_PER_SECOND), f64::from(WRITE_BURST));
-            let refilled = |(left, at): (f64, Instant)| {
-                (left + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst)
-            };
-            if budgets.len() >= BUDGETS_KEPT && !budgets.contains_key(key) {
-                budgets.retain(|_, budget| refilled(*budget) < burst);
-            }
-            let left = budgets.get(key).copied().map_or(burst, refilled) - 1.0;
-            budgets.insert(key.to_owned(), (left, now));
-            // Below zero: the write waits until the budget is back at zero.
-            Duration::from_secs_f64((-left).max(0.0) / rate)
-        };
-        if wait.is_zero() {
-            return false;
-        }
-        tokio::time::sleep(wait).await;
-        true
     }
 }
 
@@ -203,23 +166,25 @@ impl<T: Target> Batches<T> {
             gather,
         };
         let key = target.key();
-        let start = {
+        let (start, sooner) = {
             let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             match waiting.get_mut(&key) {
                 Some(queue) => {
-                    queue.push(pending);
-                    false
+                    let sooner = (queue.gathering).is_some_and(|g| gather.is_none_or(|u| u < g));
+                    queue.pending.push(pending);
+                    (false, sooner)
                 }
                 None => {
-                    waiting.insert(key.clone(), vec![pending]);
-                    true
+                    let (pending, gathering) = (vec![pending], None);
+                    waiting.insert(key.clone(), Queue { pending, gathering });
+                    (true, false)
                 }
             }
         };
         let what = target.describe();
         if start {
             tokio::spawn(Writer { target, limit }.run(self.clone(), key));
-        } else if gather.is_none() {
+        } else if sooner {
             self.2.notify_waiters();
         }
         answered.await.unwrap_or_else(|_| {
@@ -233,39 +198,42 @@ impl<T: Target> Batches<T> {
     /// The edits that came for `key`'s writer while it held a batch, which it goes on with.
     fn take_more(&self, key: &str) -> Vec<Pending<T>> {
         let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        waiting.get_mut(key).map(std::mem::take).unwrap_or_default()
+        (waiting.get_mut(key)).map_or_else(Vec::new, |q| std::mem::take(&mut q.pending))
     }
 
-    /// Waits until the end of `batch`'s gathering window, or until an edit of `key` arrives
-    /// that may not wait; at once when an edit of the batch may not.
+    /// Waits until the end of the gathering window of `batch` and of the edits of `key` waiting
+    /// (the soonest of theirs: an edit that may wait less, a change of state among refreshes,
+    /// ends a longer window), or at once when one of them may not wait.
     async fn gather(&self, key: &str, batch: &[Pending<T>]) {
-        let Some(until) = batch.iter().map(|p| p.gather).min().flatten() else {
-            return;
-        };
-        let deadline = tokio::time::sleep_until(until);
-        tokio::pin!(deadline);
         loop {
             let told = self.2.notified();
-            if self.urgent(key) {
+            let Some(until) = self.gathering(key, batch, true) else {
                 return;
-            }
+            };
             tokio::select! {
-                () = &mut deadline => return,
+                () = tokio::time::sleep_until(until) => break,
                 () = told => {}
             }
         }
+        self.gathering(key, batch, false);
     }
 
-    /// Whether an edit that may not wait is waiting for `key`'s writer.
-    fn urgent(&self, key: &str) -> bool {
-        let waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        (waiting.get(key)).is_some_and(|q| q.iter().any(|p| p.gather.is_none()))
+    /// Until when `key`'s writer may gather `batch` with the edits waiting for it (`None`: one
+    /// may not wait), noted for the edits that arrive meanwhile when `on`, else forgotten.
+    fn gathering(&self, key: &str, batch: &[Pending<T>], on: bool) -> Option<Instant> {
+        let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let queue = waiting.get_mut(key)?;
+        let all = batch.iter().chain(&queue.pending);
+        let until = all.map(|p| p.gather).min().flatten().filter(|_| on);
+        queue.gathering = until;
+        until
     }
 
     /// The edits waiting for `key`'s writer, or none: then the writer is gone.
     fn take(&self, key: &str) -> Vec<Pending<T>> {
         let mut waiting = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken = waiting.get_mut(key).map(std::mem::take).unwrap_or_default();
+        let taken =
+            (waiting.get_mut(key)).map_or_else(Vec::new, |q| std::mem::take(&mut q.pending));
         if taken.is_empty() {
             waiting.remove(key);
         }
@@ -329,7 +297,7 @@ impl<T: Target> Writer<T> {
                     }
                 },
             };
-            let check = |before: &T::Object, after: &T::Object| self.target.check(before, after);
+            let check = |before: &T::Part, after: &T::Object| self.target.check(before, after);
             let (part, results) = apply(check, &current, &mut batch);
             if !T::needs_write(&current, &part) {
                 if !fresh {
@@ -391,11 +359,13 @@ impl<T: Target> Writer<T> {
     }
 }
 
-/// The part after the edits of `batch`, applied in order to `current`, and each edit's
-/// result; an edit after which `check` (before, after) refuses is refused and undone. An edit that changes something is claimed for its request first; one whose
-/// request was already told that nothing was changed is dropped from the batch.
+/// The part after the edits of `batch`, applied in order to `current`, and each edit's result;
+/// an edit after which `check` (the part before, the object after) refuses is undone. An edit
+/// that changes something is claimed for its request first; one whose request was told that
+/// nothing was changed is dropped. The object is copied once per batch: an edit swaps its part
+/// in (and out, refused), as hundreds of enrollments edit a list of hundreds of devices.
 fn apply<T: Target>(
-    check: impl Fn(&T::Object, &T::Object) -> Result<(), ApiError>,
+    check: impl Fn(&T::Part, &T::Object) -> Result<(), ApiError>,
     current: &T::Object,
     batch: &mut Vec<Pending<T>>,
 ) -> (T::Part, Vec<Result<(), ApiError>>) {
@@ -406,10 +376,9 @@ fn apply<T: Target>(
             match (p.change)(&edited) {
                 Ok(part) if &part == T::part(&edited) => results.push(Ok(())),
                 Ok(part) => {
-                    let before = edited.clone();
-                    T::set(&mut edited, part);
+                    let before = T::set(&mut edited, part);
                     if let Err(refused) = check(&before, &edited) {
-                        edited = before;
+                        T::set(&mut edited, before);
                         results.push(Err(refused));
                         continue;
                     }

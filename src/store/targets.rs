@@ -1,5 +1,5 @@
 //! The objects the store edits in batches: a Mutation's variants (R22), its device list (R40)
-//! and its devices Secret (R39); the size bound every write of a Mutation is held to.
+//! and its devices Secret (R39), each held to its bounds (the size of a Mutation: [`super::size`]).
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -8,7 +8,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::batch::Target;
+use super::{batch::Target, size::mutation_fits};
 use crate::cache::Caches;
 use crate::{
     crd::{DeviceStatus, DeviceSummary, Mutation, Variant, devices::MAX_DEVICES},
@@ -26,63 +26,6 @@ pub const API_MANAGER: &str = "mutantops-api";
 /// The field manager of a Mutation's `status.devices` and `status.deviceSummary`: the
 /// controller's own status (server-side apply under `mutantops-operator`) never names them.
 pub const DEVICES_MANAGER: &str = "mutantops-devices";
-
-/// The largest a Mutation may grow to, as JSON with its managedFields (R52): etcd refuses a
-/// request of about 1.5 MiB, and a store whose writes were refused there could no longer
-/// write the Mutation at all. An edit that would grow it past this is refused with 413; one
-/// that shrinks it is taken even over the bound, so it stays writable.
-pub const MAX_MUTATION_BYTES: usize = 512 * 1024;
-
-/// The size of `m` as the API server stores it (JSON), or `usize::MAX` when it cannot be
-/// serialized.
-pub fn mutation_bytes(m: &Mutation) -> usize {
-    let mut counted = Counted(0);
-    serde_json::to_writer(&mut counted, m).map_or(usize::MAX, |()| counted.0)
-}
-
-/// A writer that only counts what it is given: a Mutation is measured after every edit, and
-/// its JSON (up to [`MAX_MUTATION_BYTES`]) need not be kept to be counted.
-struct Counted(usize);
-
-impl std::io::Write for Counted {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 = self.0.saturating_add(bytes.len());
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Whether the edit from `before` to `after` keeps Mutation `what` within
-/// [`MAX_MUTATION_BYTES`]: refused (413, naming the bound) when it grows it past the bound.
-pub fn mutation_fits(what: &str, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
-    let size = mutation_bytes(after);
-    if size <= MAX_MUTATION_BYTES {
-        return Ok(());
-    }
-    // Only an edit that ends over the bound is measured against what it was.
-    within(what, size, mutation_bytes(before))
-}
-
-/// Whether Mutation `what`, `m`, is within [`MAX_MUTATION_BYTES`] or no larger than `was`
-/// bytes (what it was before the change): else 413, naming the bound.
-pub fn mutation_within(what: &str, m: &Mutation, was: usize) -> Result<(), ApiError> {
-    within(what, mutation_bytes(m), was)
-}
-
-/// Whether a Mutation of `size` bytes, `was` bytes before the change, is within the bound.
-fn within(what: &str, size: usize, was: usize) -> Result<(), ApiError> {
-    if size <= MAX_MUTATION_BYTES || size <= was {
-        return Ok(());
-    }
-    Err(ApiError::too_large(format!(
-        "{what} would be {size} bytes with this change, over the bound of {MAX_MUTATION_BYTES} \
-         bytes the operator keeps a Mutation to (the API server refuses objects of about \
-         1.5 MiB); nothing was changed: remove variants or devices, or send smaller values"
-    )))
-}
 
 /// A Mutation, `ns/name`, whose part a target edits, the field manager its writes carry,
 /// and the cache it is known from, if any.
@@ -159,8 +102,8 @@ impl Target for Variants {
         &m.spec.variants
     }
 
-    fn set(m: &mut Mutation, variants: Vec<Variant>) {
-        m.spec.variants = variants;
+    fn set(m: &mut Mutation, variants: Vec<Variant>) -> Vec<Variant> {
+        std::mem::replace(&mut m.spec.variants, variants)
     }
 
     async fn write(&self, current: &Mutation, variants: &Vec<Variant>) -> kube::Result<Mutation> {
@@ -180,12 +123,12 @@ impl Target for Variants {
 
     /// R8, R52: at most [`MAX_VARIANTS`](crate::crd::limits::MAX_VARIANTS) variants (an edit that removes some is taken even
     /// over it), and the size bound.
-    fn check(&self, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
-        let (was, now) = (before.spec.variants.len(), after.spec.variants.len());
+    fn check(&self, before: &Vec<Variant>, after: &Mutation) -> Result<(), ApiError> {
+        let (was, now) = (before.len(), after.spec.variants.len());
         if now > was {
             check_variant_count(now).map_err(ApiError::bad_request)?;
         }
-        mutation_fits(&self.describe(), before, after)
+        mutation_fits(&self.describe(), before, &after.spec.variants, after)
     }
 
     fn describe(&self) -> String {
@@ -225,9 +168,9 @@ impl Target for Listed {
         devices != Self::part(m) || summary_now != Some(&summary(devices))
     }
 
-    fn set(m: &mut Mutation, mut devices: Vec<DeviceStatus>) {
+    fn set(m: &mut Mutation, mut devices: Vec<DeviceStatus>) -> Vec<DeviceStatus> {
         devices.sort_by(|a, b| a.id.cmp(&b.id));
-        m.status.get_or_insert_default().devices = devices;
+        std::mem::replace(&mut m.status.get_or_insert_default().devices, devices)
     }
 
     async fn write(
@@ -241,8 +184,8 @@ impl Target for Listed {
 
     /// R40, R52: at most [`MAX_DEVICES`] devices listed, what `maxDevices` may allow (an edit
     /// that lists fewer is taken even over it), and the size bound.
-    fn check(&self, before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
-        let (was, now) = (Self::part(before).len(), Self::part(after).len());
+    fn check(&self, before: &Vec<DeviceStatus>, after: &Mutation) -> Result<(), ApiError> {
+        let (was, now) = (before.len(), Self::part(after).len());
         let bound = usize::try_from(MAX_DEVICES).unwrap_or(0);
         if now > bound && now > was {
             return Err(ApiError::forbidden(format!(
@@ -253,6 +196,7 @@ impl Target for Listed {
         mutation_fits(
             &format!("mutation {}/{}", self.0.ns, self.0.name),
             before,
+            Self::part(after),
             after,
         )
     }
@@ -273,7 +217,8 @@ impl Target for Listed {
 /// A devices Secret as read: the Secret (none yet) and its registry.
 #[derive(Clone, Debug)]
 pub struct Devices {
-    /// The Secret, when there is one.
+    /// The Secret, when there is one, without its data: the registry is what it holds, and
+    /// every write replaces the data whole.
     pub secret: Option<Secret>,
     /// What it holds.
     pub registry: Registry,
@@ -324,7 +269,7 @@ impl Target for DevicesSecret {
         }
         let registry = Registry::from_data(secret.data.as_ref().unwrap_or(&Default::default()));
         Ok(Devices {
-            secret: Some(secret),
+            secret: Some(without_data(secret)),
             registry,
         })
     }
@@ -333,8 +278,8 @@ impl Target for DevicesSecret {
         &d.registry
     }
 
-    fn set(d: &mut Devices, registry: Registry) {
-        d.registry = registry;
+    fn set(d: &mut Devices, registry: Registry) -> Registry {
+        std::mem::replace(&mut d.registry, registry)
     }
 
     async fn write(&self, current: &Devices, registry: &Registry) -> kube::Result<Devices> {
@@ -367,15 +312,15 @@ impl Target for DevicesSecret {
             }
         };
         Ok(Devices {
-            secret: Some(written),
+            secret: Some(without_data(written)),
             registry: registry.clone(),
         })
     }
 
     /// R39, R52: an edit that would enroll more devices than `maxDevices` is refused (403);
     /// one that removes devices is taken even over it (the bound may have been lowered).
-    fn check(&self, before: &Devices, after: &Devices) -> Result<(), ApiError> {
-        let (was, now) = (before.registry.devices.len(), after.registry.devices.len());
+    fn check(&self, before: &Registry, after: &Devices) -> Result<(), ApiError> {
+        let (was, now) = (before.devices.len(), after.registry.devices.len());
         if now <= self.max_devices || now <= was {
             return Ok(());
         }
@@ -396,6 +341,15 @@ impl Target for DevicesSecret {
     /// A Mutation deleted and created again has a writer of its own.
     fn key(&self) -> String {
         format!("{}/{}/{}", self.owner.namespace, self.name, self.owner.uid)
+    }
+}
+
+/// `secret` without its data: a devices Secret's data is its registry once more, encoded.
+fn without_data(secret: Secret) -> Secret {
+    Secret {
+        data: None,
+        string_data: None,
+        ..secret
     }
 }
 

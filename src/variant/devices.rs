@@ -26,6 +26,9 @@ use crate::crd::{
 pub const MIN_DURATION: Duration = Duration::from_secs(1);
 /// The longest: a year.
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The longest a refresh of a last-seen time waits for the others of its Mutation
+/// ([`Policy::refresh_gather`]).
+pub const REFRESH_GATHER_MAX: Duration = Duration::from_secs(300);
 /// Longest device id.
 pub const MAX_DEVICE_ID: usize = 63;
 
@@ -162,6 +165,19 @@ impl Policy {
             persist_every,
             ids,
         })
+    }
+
+    /// How long a refresh of a device's last-seen time (its entry written for its age alone)
+    /// may wait to be written with the other refreshes of its Mutation (R40): a quarter of
+    /// `persistEvery`, and at most half of what `lateAfter` leaves above it, so the written time
+    /// never makes a device that keeps calling look late; at least 1 s, at most 5 minutes. A
+    /// Mutation's refreshes then cost at most four writes of its list per `persistEvery`,
+    /// however many devices it lists.
+    pub fn refresh_gather(&self) -> Duration {
+        let room = self.late_after.saturating_sub(self.persist_every) / 2;
+        (self.persist_every / 4)
+            .min(room)
+            .clamp(MIN_DURATION, REFRESH_GATHER_MAX)
     }
 
     /// Whether the Mutation's token may enroll device `id` (R39): any id, or one of
@@ -324,16 +340,20 @@ pub fn must_persist(
     let Some(entry) = persisted else {
         return true;
     };
-    if entry.state != DeviceState::Online {
-        return true;
-    }
-    if entry.reported.is_empty() && !reported.is_empty() {
+    if changes(entry, reported) {
         return true;
     }
     match parse_time(&entry.last_seen) {
         Some(seen) => silence(seen, now) >= policy.persist_every,
         None => true,
     }
+}
+
+/// Whether a request that reported `reported` changes more of the device's status entry
+/// `entry` than its last-seen time: the device is not Online there, or reports for the first
+/// time.
+pub fn changes(entry: &DeviceStatus, reported: &Reported) -> bool {
+    entry.state != DeviceState::Online || (entry.reported.is_empty() && !reported.is_empty())
 }
 
 /// The device's status entry after a request heard at `now`: Online, seen now, with what it

@@ -127,7 +127,7 @@ pub const ROOMS: &[(&str, &[&str])] = &[
     ),
     ("lease", &["decide"]),
     ("submit", &["pod_security", "own"]),
-    ("store", &["batch", "targets"]),
+    ("store", &["budget", "batch", "size", "targets"]),
     (
         "api",
         &[

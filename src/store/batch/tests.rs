@@ -1,12 +1,15 @@
 //! Unit tests of how a batch of edits is applied: variants (R22), a devices registry (R39).
 
 use super::*;
+use crate::store::budget::{WRITE_BURST, WRITES_PER_SECOND};
 use crate::store::targets::{Devices, DevicesSecret, Variants};
 use crate::{
     crd::{Mutation, Variant, fixtures},
     http::overdue::stalling_request,
     variant::devices::{DeviceRecord, Registry},
 };
+
+mod copies;
 
 fn add(label: &'static str) -> Change<Variants> {
     Box::new(move |m: &Mutation| {
@@ -25,11 +28,11 @@ fn add(label: &'static str) -> Change<Variants> {
 }
 
 /// The store's own check of a Mutation: its size bound.
-fn fits(before: &Mutation, after: &Mutation) -> Result<(), ApiError> {
-    crate::store::targets::mutation_fits("mutation ns/m", before, after)
+fn fits(before: &Vec<Variant>, after: &Mutation) -> Result<(), ApiError> {
+    crate::store::size::mutation_fits("mutation ns/m", before, &after.spec.variants, after)
 }
 
-fn pending<T: Target>(
+pub(super) fn pending<T: Target>(
     change: Change<T>,
     claim: Claim,
 ) -> (Pending<T>, oneshot::Receiver<Answer<T>>) {
@@ -186,7 +189,7 @@ fn add_heavy(label: &'static str, bytes: usize) -> Change<Variants> {
 fn an_edit_past_the_size_bound_is_refused_alone_and_one_that_shrinks_is_taken() {
     // R52: the bound is checked after each edit: the one that would cross it gets 413 naming
     // it, the edits before and after it (small ones) still land.
-    let max = crate::store::targets::MAX_MUTATION_BYTES;
+    let max = crate::store::size::MAX_MUTATION_BYTES;
     let current = fixtures::mutation("web", vec![]);
     let (mut batch, _answers): (Vec<_>, Vec<_>) =
         [add_heavy("a", max / 2), add_heavy("b", max / 2), add("c")]
@@ -249,8 +252,8 @@ impl Target for Counter {
         object
     }
 
-    fn set(object: &mut u32, part: u32) {
-        *object = part;
+    fn set(object: &mut u32, part: u32) -> u32 {
+        std::mem::replace(object, part)
     }
 
     async fn write(&self, _: &u32, part: &u32) -> kube::Result<u32> {
@@ -387,8 +390,8 @@ impl Target for Versioned {
         &object.1
     }
 
-    fn set(object: &mut (u32, u32), part: u32) {
-        object.1 = part;
+    fn set(object: &mut (u32, u32), part: u32) -> u32 {
+        std::mem::replace(&mut object.1, part)
     }
 
     async fn write(&self, current: &(u32, u32), part: &u32) -> kube::Result<(u32, u32)> {
@@ -517,4 +520,52 @@ async fn heartbeats_are_gathered_and_an_urgent_edit_ends_the_window() {
     assert_eq!(writes.len(), 2, "{writes:?}");
     assert!(writes[1].duration_since(start) < window, "{writes:?}");
     assert_eq!(locked(&counter.value), 52);
+}
+
+/// R52, R40: a writer gathering a long window (refreshes of last-seen times) writes sooner
+/// when an edit comes that may wait less (a change of state), with both; an edit that may wait
+/// longer does not stretch a short window.
+#[tokio::test(start_paused = true)]
+async fn an_edit_that_may_wait_less_ends_a_longer_window() {
+    let counter = Counter::default();
+    let batches = Batches::<Counter>::default();
+    let limit = Duration::from_secs(10);
+    let start = tokio::time::Instant::now();
+    let note = |after: u64, window: u64| {
+        let (counter, batches) = (counter.clone(), batches.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            let window = Duration::from_secs(window);
+            let edit = batches.edit_gathered(counter, limit, increment(), window);
+            edit.await.is_ok()
+        })
+    };
+    // A refresh that may wait 150 s, then a change of state that may wait 1 s, 10 s later.
+    let (long, short) = (note(0, 150), note(10, 1));
+    assert!(matches!(long.await, Ok(true)));
+    assert!(matches!(short.await, Ok(true)));
+    let writes = counter
+        .writes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let at: Vec<u64> = writes
+        .iter()
+        .map(|w| w.duration_since(start).as_secs())
+        .collect();
+    assert_eq!(at, [11], "both written once, when the short window ended");
+
+    // A short window first, then a long one: written when the short one ends.
+    let start = tokio::time::Instant::now();
+    let (short, long) = (note(0, 2), note(1, 150));
+    assert!(matches!(short.await, Ok(true)));
+    assert!(matches!(long.await, Ok(true)));
+    let writes = counter
+        .writes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(writes[1].duration_since(start).as_secs(), 2);
+    assert_eq!(locked(&counter.value), 4);
 }

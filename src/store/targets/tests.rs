@@ -44,7 +44,7 @@ async fn variants_stay_within_their_bound() {
     ));
     let full = with_variants(MAX_VARIANTS);
     let over = with_variants(MAX_VARIANTS + 1);
-    let refused = target.check(&full, &over);
+    let refused = target.check(&full.spec.variants, &over);
     let Err(ApiError(code, message)) = refused else {
         panic!("{} variants were taken", MAX_VARIANTS + 1);
     };
@@ -53,9 +53,12 @@ async fn variants_stay_within_their_bound() {
         message.contains(&format!("at most {MAX_VARIANTS}")),
         "{message}"
     );
-    assert!(target.check(&with_variants(1), &full).is_ok());
+    assert!(target.check(&with_variants(1).spec.variants, &full).is_ok());
     let further_over = with_variants(MAX_VARIANTS + 2);
-    assert!(target.check(&further_over, &over).is_ok(), "a removal");
+    assert!(
+        target.check(&further_over.spec.variants, &over).is_ok(),
+        "a removal"
+    );
 }
 
 fn listing(count: usize) -> Mutation {
@@ -87,7 +90,9 @@ async fn the_device_list_stays_within_its_bound() {
         None,
     ));
     let bound = usize::try_from(MAX_DEVICES).unwrap_or(0);
-    let Err(ApiError(code, message)) = target.check(&listing(bound), &listing(bound + 1)) else {
+    let Err(ApiError(code, message)) =
+        target.check(Listed::part(&listing(bound)), &listing(bound + 1))
+    else {
         panic!("{} devices were listed", bound + 1);
     };
     assert_eq!(code, StatusCode::FORBIDDEN);
@@ -95,10 +100,14 @@ async fn the_device_list_stays_within_its_bound() {
         message.contains(&format!("over the bound of {bound}")),
         "{message}"
     );
-    assert!(target.check(&listing(0), &listing(bound)).is_ok());
     assert!(
         target
-            .check(&listing(bound + 2), &listing(bound + 1))
+            .check(Listed::part(&listing(0)), &listing(bound))
+            .is_ok()
+    );
+    assert!(
+        target
+            .check(Listed::part(&listing(bound + 2)), &listing(bound + 1))
             .is_ok()
     );
 }
@@ -130,14 +139,14 @@ async fn the_registry_stays_within_max_devices() {
         uid: "u".into(),
     };
     let target = DevicesSecret::new(&no_server(), &owner, 3);
-    let Err(ApiError(code, message)) = target.check(&registry(3), &registry(4)) else {
+    let Err(ApiError(code, message)) = target.check(&registry(3).registry, &registry(4)) else {
         panic!("a fourth device enrolled");
     };
     assert_eq!(code, StatusCode::FORBIDDEN);
     assert!(message.contains("maxDevices"), "{message}");
-    assert!(target.check(&registry(2), &registry(3)).is_ok());
+    assert!(target.check(&registry(2).registry, &registry(3)).is_ok());
     assert!(
-        target.check(&registry(5), &registry(4)).is_ok(),
+        target.check(&registry(5).registry, &registry(4)).is_ok(),
         "a removal"
     );
 }

@@ -295,6 +295,43 @@ fn heartbeats_are_written_only_when_due() {
     assert_eq!(writes, 99);
 }
 
+// R40: a refresh of a last-seen time alone waits for the others of its Mutation a quarter of
+// persistEvery, never so long that the written time makes a device that keeps calling look
+// late (half of what lateAfter leaves), within 1 s and 5 minutes; a change of state is not a
+// refresh.
+#[test]
+fn refreshes_wait_for_each_other_within_what_late_after_leaves() {
+    let secs = |p: &Policy| p.refresh_gather().as_secs_f64();
+    assert_eq!(secs(&policy(1800, 86400, 600)), 150.0, "the defaults");
+    assert_eq!(
+        secs(&policy(30, 1440, 10)),
+        2.5,
+        "the fleet's, 60 times faster"
+    );
+    assert_eq!(
+        secs(&policy(12, 60, 10)),
+        1.0,
+        "lateAfter leaves 2 s: half of it"
+    );
+    assert_eq!(secs(&policy(11, 60, 10)), 1.0, "never under a second");
+    assert_eq!(
+        secs(&policy(86400, 90000, 3600)),
+        300.0,
+        "never over 5 minutes"
+    );
+    let online = entry("a", 0, DeviceState::Online);
+    assert!(!changes(&online, &Reported::default()));
+    assert!(changes(
+        &entry("a", 0, DeviceState::Late),
+        &Reported::default()
+    ));
+    let battery = Reported {
+        battery_millivolts: Some(3700),
+        ..Reported::default()
+    };
+    assert!(changes(&online, &battery), "a first report");
+}
+
 // R39: at 500 devices of the longest ids, each having reported everything
 // and (R42) polled a sleeping variant that was not ready, the status's device list stays far
 // under the 1 MiB of an object (about 263 KiB)
