@@ -80,6 +80,11 @@ pub trait Target: Send + Sync + 'static {
     fn check(&self, _before: &Self::Part, _after: &Self::Object) -> Result<(), ApiError> {
         Ok(())
     }
+    /// [`Target::check`] for a bound whose measure is costly (the size): asked of a batch's
+    /// sum, and of each of its edits only when the sum breaks it.
+    fn fits(&self, _before: &Self::Part, _after: &Self::Object) -> Result<(), ApiError> {
+        Ok(())
+    }
     /// The namespace and name of the Mutation whose object it is, for the log.
     fn owner(&self) -> (&str, &str);
 }
@@ -298,7 +303,8 @@ impl<T: Target> Writer<T> {
                 },
             };
             let check = |before: &T::Part, after: &T::Object| self.target.check(before, after);
-            let (part, results) = apply(check, &current, &mut batch);
+            let fits = |before: &T::Part, after: &T::Object| self.target.fits(before, after);
+            let (part, results) = apply(check, fits, &current, &mut batch);
             if !T::needs_write(&current, &part) {
                 if !fresh {
                     continue;
@@ -359,40 +365,67 @@ impl<T: Target> Writer<T> {
     }
 }
 
+/// A check of an edit: the part before it, the object after it.
+type Check<'a, T> =
+    &'a dyn Fn(&<T as Target>::Part, &<T as Target>::Object) -> Result<(), ApiError>;
+
 /// The part after the edits of `batch`, applied in order to `current`, and each edit's result;
-/// an edit after which `check` (the part before, the object after) refuses is undone. An edit
-/// that changes something is claimed for its request first; one whose request was told that
-/// nothing was changed is dropped. The object is copied once per batch: an edit swaps its part
-/// in (and out, refused), as hundreds of enrollments edit a list of hundreds of devices.
+/// an edit after which `check` or `fits` refuses is undone. `fits` (the size bound: measuring
+/// the object is what an edit costs most) is asked once, of the batch's sum, and of each edit
+/// only when the sum does not fit: a batch of a thousand refreshes of a list of hundreds of
+/// devices measured the list a thousand times, while the polls behind it waited. An edit that
+/// changes something is claimed for its request; one whose request was told that nothing was
+/// changed is dropped. The object is copied once per batch: an edit swaps its part in (and
+/// out, refused).
 fn apply<T: Target>(
     check: impl Fn(&T::Part, &T::Object) -> Result<(), ApiError>,
+    fits: impl Fn(&T::Part, &T::Object) -> Result<(), ApiError>,
     current: &T::Object,
     batch: &mut Vec<Pending<T>>,
 ) -> (T::Part, Vec<Result<(), ApiError>>) {
     'again: loop {
-        let mut edited = current.clone();
-        let mut results = Vec::with_capacity(batch.len());
-        for (i, p) in batch.iter().enumerate() {
-            match (p.change)(&edited) {
-                Ok(part) if &part == T::part(&edited) => results.push(Ok(())),
-                Ok(part) => {
-                    let before = T::set(&mut edited, part);
-                    if let Err(refused) = check(&before, &edited) {
-                        T::set(&mut edited, before);
-                        results.push(Err(refused));
-                        continue;
-                    }
-                    if !p.claim.sent() {
-                        batch.remove(i);
-                        continue 'again;
-                    }
-                    results.push(Ok(()));
-                }
-                Err(refused) => results.push(Err(refused)),
+        let (mut edited, mut results) = edit_all(&check, None, current, batch);
+        if fits(T::part(current), &edited).is_err() {
+            (edited, results) = edit_all(&check, Some(&fits), current, batch);
+        }
+        for (i, r) in results.iter().enumerate() {
+            if matches!(r, Ok(true)) && !batch[i].claim.sent() {
+                batch.remove(i);
+                continue 'again;
             }
         }
+        let results = results.into_iter().map(|r| r.map(|_| ())).collect();
         return (T::part(&edited).clone(), results);
     }
+}
+
+/// `current` after the edits of `batch`, each checked by `check` and, when given, `fits`; each
+/// edit's result: whether it changed something, or its refusal.
+fn edit_all<T: Target>(
+    check: Check<'_, T>,
+    fits: Option<Check<'_, T>>,
+    current: &T::Object,
+    batch: &[Pending<T>],
+) -> (T::Object, Vec<Result<bool, ApiError>>) {
+    let mut edited = current.clone();
+    let mut edit = |p: &Pending<T>| {
+        let part = (p.change)(&edited)?;
+        if &part == T::part(&edited) {
+            return Ok(false);
+        }
+        let before = T::set(&mut edited, part);
+        let checked =
+            check(&before, &edited).and_then(|()| fits.map_or(Ok(()), |f| f(&before, &edited)));
+        match checked {
+            Ok(()) => Ok(true),
+            Err(refused) => {
+                T::set(&mut edited, before);
+                Err(refused)
+            }
+        }
+    };
+    let results = batch.iter().map(&mut edit).collect();
+    (edited, results)
 }
 
 /// Answers each edit of `batch`: its refusal, or `object`, shared; returns it.

@@ -121,13 +121,17 @@ impl Target for Variants {
             .await
     }
 
-    /// R8, R52: at most [`MAX_VARIANTS`](crate::crd::limits::MAX_VARIANTS) variants (an edit that removes some is taken even
-    /// over it), and the size bound.
+    /// R8, R52: at most [`MAX_VARIANTS`](crate::crd::limits::MAX_VARIANTS) variants (an edit
+    /// that removes some is taken even over it); the size bound is [`Target::fits`].
     fn check(&self, before: &Vec<Variant>, after: &Mutation) -> Result<(), ApiError> {
         let (was, now) = (before.len(), after.spec.variants.len());
         if now > was {
             check_variant_count(now).map_err(ApiError::bad_request)?;
         }
+        Ok(())
+    }
+
+    fn fits(&self, before: &Vec<Variant>, after: &Mutation) -> Result<(), ApiError> {
         mutation_fits(&self.describe(), before, &after.spec.variants, after)
     }
 
@@ -183,7 +187,7 @@ impl Target for Listed {
     }
 
     /// R40, R52: at most [`MAX_DEVICES`] devices listed, what `maxDevices` may allow (an edit
-    /// that lists fewer is taken even over it), and the size bound.
+    /// that lists fewer is taken even over it); the size bound is [`Target::fits`].
     fn check(&self, before: &Vec<DeviceStatus>, after: &Mutation) -> Result<(), ApiError> {
         let (was, now) = (before.len(), Self::part(after).len());
         let bound = usize::try_from(MAX_DEVICES).unwrap_or(0);
@@ -193,12 +197,12 @@ impl Target for Listed {
                 self.describe()
             )));
         }
-        mutation_fits(
-            &format!("mutation {}/{}", self.0.ns, self.0.name),
-            before,
-            Self::part(after),
-            after,
-        )
+        Ok(())
+    }
+
+    fn fits(&self, before: &Vec<DeviceStatus>, after: &Mutation) -> Result<(), ApiError> {
+        let what = format!("mutation {}/{}", self.0.ns, self.0.name);
+        mutation_fits(&what, before, Self::part(after), after)
     }
 
     fn describe(&self) -> String {

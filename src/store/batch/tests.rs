@@ -60,7 +60,7 @@ fn edits_apply_in_order_and_a_refused_one_changes_nothing_of_the_others() {
         .into_iter()
         .map(|c| pending(c, overdue::claim()))
         .unzip();
-    let (variants, results) = apply::<Variants>(fits, &current, &mut batch);
+    let (variants, results) = apply::<Variants>(|_, _| Ok(()), fits, &current, &mut batch);
     assert_eq!(labels(&variants), ["a", "b"]);
     assert_eq!(batch.len(), 3);
     let codes: Vec<_> = results
@@ -77,7 +77,7 @@ fn answers_carry_each_edits_own_result() {
         .into_iter()
         .map(|c| pending(c, overdue::claim()))
         .unzip();
-    let (variants, results) = apply::<Variants>(fits, &current, &mut batch);
+    let (variants, results) = apply::<Variants>(|_, _| Ok(()), fits, &current, &mut batch);
     let mut written = current.clone();
     written.spec.variants = variants;
     answer::<Variants>(batch, results, written);
@@ -100,7 +100,7 @@ async fn an_edit_whose_request_was_told_nothing_changed_is_left_out() {
     let (one, _a) = pending(add("a"), late);
     let (two, _b) = pending(add("a"), overdue::claim());
     let mut batch = vec![one, two];
-    let (variants, results) = apply::<Variants>(fits, &current, &mut batch);
+    let (variants, results) = apply::<Variants>(|_, _| Ok(()), fits, &current, &mut batch);
     assert_eq!(labels(&variants), ["a"]);
     assert_eq!(batch.len(), 1, "the edit told nothing changed is dropped");
     assert!(results[0].is_ok(), "{results:?}");
@@ -117,7 +117,7 @@ async fn an_edit_that_changes_nothing_is_not_a_write() {
             let unchanged: Change<Variants> = Box::new(|m: &Mutation| Ok(m.spec.variants.clone()));
             let (p, _answer) = pending(unchanged, claim);
             let mut batch = vec![p];
-            let (variants, results) = apply::<Variants>(fits, &current, &mut batch);
+            let (variants, results) = apply::<Variants>(|_, _| Ok(()), fits, &current, &mut batch);
             assert!(variants.is_empty() && results[0].is_ok());
         },
         cut
@@ -159,7 +159,8 @@ fn enrollments_of_one_secret_are_applied_together_and_an_id_is_taken_once() {
         .into_iter()
         .map(|c| pending(c, overdue::claim()))
         .unzip();
-    let (registry, results) = apply::<DevicesSecret>(|_, _| Ok(()), &current, &mut batch);
+    let (registry, results) =
+        apply::<DevicesSecret>(|_, _| Ok(()), |_, _| Ok(()), &current, &mut batch);
     let ids: Vec<_> = registry.devices.keys().map(String::as_str).collect();
     assert_eq!(ids, ["a", "b"]);
     let codes: Vec<_> = results
@@ -196,7 +197,7 @@ fn an_edit_past_the_size_bound_is_refused_alone_and_one_that_shrinks_is_taken() 
             .into_iter()
             .map(|c| pending(c, overdue::claim()))
             .unzip();
-    let (variants, results) = apply::<Variants>(fits, &current, &mut batch);
+    let (variants, results) = apply::<Variants>(|_, _| Ok(()), fits, &current, &mut batch);
     assert_eq!(labels(&variants), ["a", "c"]);
     let refused = results[1]
         .as_ref()
@@ -227,7 +228,7 @@ fn an_edit_past_the_size_bound_is_refused_alone_and_one_that_shrinks_is_taken() 
         .into_iter()
         .map(|c| pending(c, overdue::claim()))
         .unzip();
-    let (variants, results) = apply::<Variants>(fits, &over, &mut batch);
+    let (variants, results) = apply::<Variants>(|_, _| Ok(()), fits, &over, &mut batch);
     assert!(results[0].is_ok(), "{results:?}");
     assert_eq!(labels(&variants), ["c", "d"]);
 }

@@ -1,4 +1,5 @@
-//! A batch copies the object it starts from once, whatever its edits (R52, R39).
+//! A batch copies the object it starts from once and measures its size once, whatever its
+//! edits (R52, R39, R40).
 
 use super::*;
 
@@ -83,7 +84,7 @@ fn a_batch_copies_its_object_once_whatever_its_edits() {
         .map(|c| pending(c, overdue::claim()))
         .unzip();
     let check = |before: &u32, after: &Copied| UpToThree.check(before, after);
-    let (part, results) = apply::<UpToThree>(check, &current, &mut batch);
+    let (part, results) = apply::<UpToThree>(check, |_, _| Ok(()), &current, &mut batch);
     let refused: Vec<bool> = results.iter().map(Result::is_err).collect();
     assert_eq!(refused, [false, false, false, true, true, true]);
     assert_eq!(part, 3, "the refused edits were undone");
@@ -92,4 +93,45 @@ fn a_batch_copies_its_object_once_whatever_its_edits() {
         copies, 1,
         "the object was copied {copies} times for one batch"
     );
+}
+
+/// Each call of a size check that fits when the part is at most `max`, counted in `calls`.
+fn measured(
+    calls: &std::cell::Cell<usize>,
+    max: u32,
+) -> impl Fn(&u32, &Copied) -> Result<(), ApiError> + '_ {
+    move |_, after| {
+        calls.set(calls.get() + 1);
+        match after.part <= max {
+            true => Ok(()),
+            false => Err(ApiError::too_large("over the size")),
+        }
+    }
+}
+
+#[test]
+fn a_batch_measures_its_size_once_unless_the_sum_does_not_fit() {
+    // R52, R40: a batch of many heartbeats measures the list once, of their sum (a thousand
+    // refreshes measured a list of hundreds a thousand times while the polls behind waited);
+    // when the sum does not fit, each edit is measured and the one that crosses is refused.
+    let current = Copied::default();
+    let plus_one = || -> Change<UpToThree> { Box::new(|o: &Copied| Ok(o.part + 1)) };
+    let batch_of = |n| -> (Vec<_>, Vec<_>) {
+        (0..n)
+            .map(|_| pending(plus_one(), overdue::claim()))
+            .unzip()
+    };
+    let no_check = |_: &u32, _: &Copied| Ok(());
+    let calls = std::cell::Cell::new(0);
+    let (mut batch, _answers) = batch_of(3);
+    let (part, results) = apply::<UpToThree>(no_check, measured(&calls, 3), &current, &mut batch);
+    assert_eq!((part, calls.get()), (3, 1), "the sum fits: measured once");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+    calls.set(0);
+    let (mut batch, _answers) = batch_of(3);
+    let (part, results) = apply::<UpToThree>(no_check, measured(&calls, 2), &current, &mut batch);
+    let refused: Vec<bool> = results.iter().map(Result::is_err).collect();
+    assert_eq!(refused, [false, false, true]);
+    assert_eq!((part, calls.get()), (2, 4), "the sum, then each edit");
 }
