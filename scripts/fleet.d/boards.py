@@ -7,8 +7,8 @@ an `Event`.
 A board (R39, R40, R53): enrolls with its Mutation's key into its variant, keeps its token and
 the etag of the screen it shows, polls with the device headers, asks for its screen at every
 wake whose poll names one, with `If-None-Match` of the one it shows (a conditional GET, as a
-firmware that keeps its picture by its etag makes; a 304 costs no picture), and on a 401 forgets its token
-and enrolls again. Its schedule: a first wake at a random point of the first interval, then
+firmware that keeps its picture by its etag makes; a 304 costs no picture), and on a 401 enrolls again,
+keeping the token it has while that enrollment is refused (docs/devices.md). Its schedule: a first wake at a random point of the first interval, then
 every interval times its own drift (a board's deep-sleep clock is off by up to 2 %) and a
 jitter of 5 %. A board of the Wi-Fi share skips its polls for 2 to 4 wakes; one of the power
 share is dark for 1 to 3 wakes, during which its owner removes its record (`on_dark`, the admin
@@ -191,10 +191,13 @@ class Board:
         status, _, answer = await self.fleet.request("poll", "GET", poll, self.headers(self.token), on=on,
                                                      keep=screens)
         if status == 401:
-            # Removed, or its token rotated: it forgets the token and enrolls again.
+            # Removed, or its token rotated: it enrolls again and keeps the token it is given;
+            # while its enrollment is refused (409: its id is enrolled, as moments after it
+            # enrolled, when its token can be newer than the operator's copy), the one it has.
             on.close()
-            self.token = None
+            kept, self.token = self.token, None
             if not await self.enroll():
+                self.token = kept
                 return
             status, _, answer = await self.fleet.request("poll", "GET", poll, self.headers(self.token), on=on,
                                                          keep=screens)
