@@ -370,13 +370,11 @@ type Check<'a, T> =
     &'a dyn Fn(&<T as Target>::Part, &<T as Target>::Object) -> Result<(), ApiError>;
 
 /// The part after the edits of `batch`, applied in order to `current`, and each edit's result;
-/// an edit after which `check` or `fits` refuses is undone. `fits` (the size bound: measuring
-/// the object is what an edit costs most) is asked once, of the batch's sum, and of each edit
-/// only when the sum does not fit: a batch of a thousand refreshes of a list of hundreds of
-/// devices measured the list a thousand times, while the polls behind it waited. An edit that
-/// changes something is claimed for its request; one whose request was told that nothing was
-/// changed is dropped. The object is copied once per batch: an edit swaps its part in (and
-/// out, refused).
+/// an edit after which `check` or `fits` refuses is undone. `fits` (the size: measuring the
+/// object is what an edit costs most) is asked of the batch's sum, and of each edit only when
+/// the sum does not fit (a thousand heartbeats measured a list of hundreds a thousand times,
+/// the polls behind them waiting). An edit that changes something is claimed for its request;
+/// one whose request was told nothing was changed is dropped. The object is copied once.
 fn apply<T: Target>(
     check: impl Fn(&T::Part, &T::Object) -> Result<(), ApiError>,
     fits: impl Fn(&T::Part, &T::Object) -> Result<(), ApiError>,
